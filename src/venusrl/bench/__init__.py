@@ -1,0 +1,1 @@
+"""Benchmarks behind `venusrl bench`: each writes one JSON object of named figures."""

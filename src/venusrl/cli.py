@@ -1,0 +1,38 @@
+"""The `venusrl` command. Sub-commands live beside the code they drive and are added here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+
+from venusrl.bench.cli import bench_app
+from venusrl.config import ConfigError, load_config
+from venusrl.model.cli import model_app
+
+app = typer.Typer(help="venusrl: agentic RL training through multi-turn tool use.", no_args_is_help=True)
+app.add_typer(model_app, name="model")
+app.add_typer(bench_app, name="bench")
+
+config_app = typer.Typer(help="Inspect configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("show")
+def config_show(
+    path: Annotated[Path | None, typer.Argument(help="YAML config; defaults when omitted")] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(help="dotted key=value overrides")] = None,
+) -> None:
+    """Print the fully resolved config (defaults, file, overrides) as YAML."""
+    try:
+        config = load_config(path, overrides or [])
+    except ConfigError as err:
+        typer.echo(str(err), err=True)
+        raise typer.Exit(2) from None
+    typer.echo(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,158 @@
+"""One config schema for the whole system, loaded from YAML with dotted overrides.
+
+Each component owns its section (a `venusrl.schema.Section` next to its code); this module
+composes them into `Config` and turns every malformed input into a `ConfigError` that names
+the key path, what was expected and what was given.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError
+
+from venusrl.engine.config import EngineConfig
+from venusrl.schema import Section
+
+
+class ConfigError(ValueError):
+    """A config problem, always naming the key path (or file and line) it is about."""
+
+
+class ModelConfig(Section):
+    path: str | None = Field(None, description="Hugging Face model directory")
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: str = Field("cpu", description="torch device of the policy model")
+
+
+class RunConfig(Section):
+    name: str = "venusrl"
+    seed: int = 0
+    run_dir: str | None = Field(None, description="default: runs/NAME-TIMESTAMP")
+    runtime: Literal["local", "ray"] = "local"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class Config(Section):
+    model: ModelConfig = ModelConfig()
+    engine: EngineConfig = EngineConfig()
+    run: RunConfig = RunConfig()
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Read YAML (or start from defaults), apply `a.b.c=value` overrides, validate."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        data = _read_yaml(Path(path))
+    for override in overrides:
+        key, value = parse_override(override)
+        _set_dotted(data, key, value)
+    return validate_config(data)
+
+
+def validate_config(data: dict[str, Any]) -> Config:
+    try:
+        return Config.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError("invalid config:\n" + "\n".join(_describe(e) for e in err.errors())) from None
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`engine.page_size=32` -> ("engine.page_size", 32); the value is read as YAML."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"override {text!r}: expected KEY.PATH=VALUE")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as err:
+        raise ConfigError(f"override {text!r}: value is not valid YAML ({err})") from None
+    return key, value
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read config ({err.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise ConfigError(f"{where}: invalid YAML ({getattr(err, 'problem', err)})") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    node = data
+    parts = key.split(".")
+    for i, part in enumerate(parts[:-1]):
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {key}: {'.'.join(parts[: i + 1])} is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _describe(error: dict[str, Any]) -> str:
+    path = ".".join(str(p) for p in error["loc"])
+    if error["type"] == "extra_forbidden":
+        known = _known_keys(error["loc"][:-1])
+        return f"  {path}: unknown key (known here: {', '.join(known)})"
+    expected = _expected_type(error["loc"])
+    given = error.get("input")
+    return f"  {path}: {error['msg']} (expected {expected}, got {given!r})"
+
+
+def _field_at(loc: tuple) -> Any:
+    """The annotation at a key path of Config, or None where the path leaves the schema."""
+    annotation: Any = Config
+    for part in loc:
+        model = _model_in(annotation)
+        if model is None or part not in model.model_fields:
+            return None
+        annotation = model.model_fields[part].annotation
+    return annotation
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return None
+
+
+def _known_keys(loc: tuple) -> list[str]:
+    model = _model_in(_field_at(loc))
+    return sorted(model.model_fields) if model else []
+
+
+def _expected_type(loc: tuple) -> str:
+    annotation = _field_at(loc)
+    if annotation is None:
+        return "a value"
+    return _type_name(annotation)
+
+
+def _type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(annotation))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(annotation))
+    if annotation is type(None):
+        return "null"
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return f"a mapping ({annotation.__name__})"
+    return getattr(annotation, "__name__", str(annotation))

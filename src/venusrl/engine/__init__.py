@@ -1,0 +1,1 @@
+"""Rollout engine: paged KV pool, trajectory-aware radix cache, priority-aware batching."""

@@ -1,0 +1,20 @@
+"""The `engine` section of the config."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from venusrl.schema import Section
+
+
+class EngineConfig(Section):
+    page_size: int = Field(16, ge=1, description="tokens per KV page")
+    kv_capacity_tokens: int = Field(32768, ge=1, description="KV slots on the device pool")
+    host_kv_capacity_tokens: int = Field(0, ge=0, description="KV slots in host memory for exported or demoted KV")
+    max_running_requests: int = Field(64, ge=1, description="decode batch size bound")
+    max_prefill_tokens: int = Field(4096, ge=1, description="token budget of one prefill batch")
+    chunked_prefill_size: int = Field(2048, ge=1, description="longest prefill chunk of one request")
+    cache_policy: Literal["tiers", "lru"] = Field("tiers", description="radix eviction: trajectory-aware tiers or plain LRU")
+    demotion: bool = Field(True, description="residency-aware demotion of HIGH trajectories under KV pressure")
