@@ -10,6 +10,7 @@ import yaml
 
 from venusrl.bench.cli import bench_app
 from venusrl.config import ConfigError, load_config
+from venusrl.logs import setup_logging
 from venusrl.model.cli import model_app
 
 app = typer.Typer(help="venusrl: agentic RL training through multi-turn tool use.", no_args_is_help=True)
@@ -32,6 +33,19 @@ def config_show(
         typer.echo(str(err), err=True)
         raise typer.Exit(2) from None
     typer.echo(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+
+
+@app.command()
+def demo(
+    workdir: Annotated[Path, typer.Option(help="where the tiny model and demo.json go")] = Path("runs/demo"),
+    turns: int = 3,
+    seed: int = 0,
+) -> None:
+    """Build the tiny model and run a multi-turn tool-use rollout on it."""
+    from venusrl.demo import run_demo
+
+    setup_logging("WARNING")
+    run_demo(workdir, turns=turns, seed=seed)
 
 
 def main() -> None:

@@ -84,7 +84,11 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: invalid YAML ({getattr(err, 'problem', err)})") from None
+        detail = str(getattr(err, "problem", err))
+        context, context_mark = getattr(err, "context", None), getattr(err, "context_mark", None)
+        if context and context_mark:
+            detail += f"; {context} at line {context_mark.line + 1}"
+        raise ConfigError(f"{where}: invalid YAML ({detail})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -1,0 +1,3 @@
+from venusrl.cli import main
+
+main()
