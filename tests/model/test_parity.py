@@ -14,6 +14,7 @@ SHAPES = {
     "qwen3-mha-untied": dict(kv_heads=4, tie_word_embeddings=False),
     "qwen3-wide-head": dict(head_dim=32, heads=4, kv_heads=1, layers=3),
     "llama-gqa-untied": dict(arch="llama", tie_word_embeddings=False),
+    "qwen2-qkv-bias": dict(arch="qwen2", tie_word_embeddings=False),
     "llama-llama3-rope": dict(
         arch="llama",
         max_position_embeddings=512,
@@ -42,7 +43,7 @@ def test_logits_match_transformers(tmp_path, shape):
     assert diff < 1e-4
 
 
-@pytest.mark.parametrize("shape", ["qwen3-gqa-tied", "qwen3-mha-untied", "llama-gqa-untied", "llama-llama3-rope"])
+@pytest.mark.parametrize("shape", ["qwen3-gqa-tied", "qwen3-mha-untied", "qwen2-qkv-bias", "llama-gqa-untied", "llama-llama3-rope"])
 def test_greedy_generation_matches_transformers(tmp_path, shape):
     path = make_tiny_model(tmp_path, seed=1, **SHAPES[shape])
     ours, theirs = _pair(path)

@@ -14,7 +14,7 @@ model_app = typer.Typer(help="Model utilities.", no_args_is_help=True)
 @model_app.command("make-tiny")
 def make_tiny(
     path: Annotated[Path, typer.Argument(help="directory to write the Hugging Face model into")],
-    arch: Annotated[str, typer.Option(help="qwen3 or llama")] = "qwen3",
+    arch: Annotated[str, typer.Option(help="qwen3, qwen2 or llama")] = "qwen3",
     layers: int = 2,
     hidden: int = 64,
     heads: int = 4,

@@ -25,7 +25,7 @@ SPECIAL_TOKENS = (
     "<tool_response>",
     "</tool_response>",
 )
-_ARCHITECTURES = {"qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM"}
+_ARCHITECTURES = {"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
 
 
 def chat_template() -> str:
@@ -46,7 +46,7 @@ def build_byte_tokenizer() -> Tokenizer:
 def make_tiny_model(
     path: str | Path,
     *,
-    arch: Literal["qwen3", "llama"] = "qwen3",
+    arch: Literal["qwen3", "qwen2", "llama"] = "qwen3",
     layers: int = 2,
     hidden: int = 64,
     heads: int = 4,
@@ -84,7 +84,6 @@ def make_tiny_model(
         "rope_theta": rope_theta,
         "rope_scaling": rope_scaling,
         "tie_word_embeddings": tie_word_embeddings,
-        "attention_bias": False,
         "attention_dropout": 0.0,
         "initializer_range": 0.02,
         "bos_token_id": None,
@@ -93,10 +92,12 @@ def make_tiny_model(
         "use_cache": True,
         "torch_dtype": "float32",
     }
-    if arch == "qwen3":
-        config.update(use_sliding_window=False, sliding_window=None, max_window_layers=layers)
+    if arch == "llama":
+        config.update(attention_bias=False, mlp_bias=False, pretraining_tp=1)
     else:
-        config.update(mlp_bias=False, pretraining_tp=1)
+        config.update(use_sliding_window=False, sliding_window=None, max_window_layers=layers)
+    if arch == "qwen3":
+        config.update(attention_bias=False)
     (path / "config.json").write_text(json.dumps(config, indent=2))
     save_weights(_random_model(ModelArgs.from_hf(config), seed), path, max_shard_bytes)
     tokenizer.save(str(path / "tokenizer.json"))
