@@ -10,12 +10,14 @@ import yaml
 
 from venusrl.bench.cli import bench_app
 from venusrl.config import ConfigError, load_config
+from venusrl.engine.cli import serve
 from venusrl.logs import setup_logging
 from venusrl.model.cli import model_app
 
 app = typer.Typer(help="venusrl: agentic RL training through multi-turn tool use.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
 app.add_typer(bench_app, name="bench")
+app.command("serve")(serve)
 
 config_app = typer.Typer(help="Inspect configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")

@@ -18,3 +18,9 @@ class EngineConfig(Section):
     chunked_prefill_size: int = Field(2048, ge=1, description="longest prefill chunk of one request")
     cache_policy: Literal["tiers", "lru"] = Field("tiers", description="radix eviction: trajectory-aware tiers or plain LRU")
     demotion: bool = Field(True, description="residency-aware demotion of HIGH trajectories under KV pressure")
+    kv_after_weight_update: Literal["recompute", "keep"] = Field(
+        "recompute",
+        description="recompute: cached KV is dropped with the old weights, so every token is computed "
+        "by the weights it is sampled under; keep: reuse it (faster, an off-policy approximation "
+        "that the recorded log-probs and TIS/IcePop correct for)",
+    )

@@ -51,10 +51,19 @@ class CausalLM(nn.Module):
         positions: torch.Tensor | None = None,
         context: AttentionContext | None = None,
     ) -> torch.Tensor:
+        return self.lm_head(self.hidden_states(input_ids, positions, context))
+
+    def hidden_states(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor | None = None,
+        context: AttentionContext | None = None,
+    ) -> torch.Tensor:
+        """Final-norm hidden states [B, T, H]; a caller that needs logits at a few positions
+        applies `lm_head` to those rows only."""
         if positions is None:
             positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
-        hidden = self.model(input_ids, positions, context or _PLAIN_CAUSAL)
-        return self.lm_head(hidden)
+        return self.model(input_ids, positions, context or _PLAIN_CAUSAL)
 
     def reset_rope(self) -> None:
         """Recompute the RoPE buffer (it is not stored in checkpoints)."""

@@ -1,0 +1,191 @@
+"""`venusrl bench engine`: throughput against transformers, greedy agreement, and the KV
+hit rate of a multi-turn agentic workload under a tight KV budget for each cache policy."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from rich.progress import Progress
+
+from venusrl.engine.config import EngineConfig
+from venusrl.engine.engine import Engine
+from venusrl.model.checkpoint import load_model
+from venusrl.model.tiny import make_tiny_model
+from venusrl.types import Priority, SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True, frozen=True)
+class ThroughputCase:
+    batch: int
+    prompt_len: int
+    new_tokens: int
+
+
+def throughput(model_dir: Path, case: ThroughputCase, repeats: int) -> dict[str, float]:
+    """Generated tokens/s of our engine and of `transformers.generate` on the same model,
+    prompts and batch (greedy, no early stop), and whether the tokens agree."""
+    import transformers
+
+    ours = load_model(model_dir)
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    g = torch.Generator().manual_seed(0)
+    prompts = torch.randint(0, 256, (case.batch, case.prompt_len), generator=g)
+    params = SamplingParams(max_new_tokens=case.new_tokens, temperature=0, stop_token_ids=(-1,))
+    engine_capacity = case.batch * (case.prompt_len + case.new_tokens) * 2
+    our_times, hf_times = [], []
+    for _ in range(repeats):
+        engine = Engine(ours, EngineConfig(kv_capacity_tokens=engine_capacity, max_running_requests=case.batch,
+                                           max_prefill_tokens=case.batch * case.prompt_len))
+        start = time.perf_counter()
+        outputs = engine.generate(prompts.tolist(), params)
+        our_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        with torch.no_grad():
+            reference = theirs.generate(prompts, attention_mask=torch.ones_like(prompts), do_sample=False,
+                                        max_new_tokens=case.new_tokens, min_new_tokens=case.new_tokens,
+                                        eos_token_id=None, pad_token_id=0)
+        hf_times.append(time.perf_counter() - start)
+    generated = case.batch * case.new_tokens
+    matches = sum(o.output_ids == r[case.prompt_len:].tolist() for o, r in zip(outputs, reference, strict=True))
+    ours_tps, hf_tps = generated / min(our_times), generated / min(hf_times)
+    return {"ours_tokens_per_s": ours_tps, "hf_tokens_per_s": hf_tps, "hf_ratio": ours_tps / hf_tps,
+            "greedy_match": matches / case.batch}
+
+
+@dataclass(slots=True, frozen=True)
+class AgenticCase:
+    """SWE-agent-like trajectories, scaled to a tiny model: a long shared system prompt, a
+    task prompt shared by the group, then turns of generation, a tool pause and an
+    observation. Half the groups are HIGH (critical), half LOW."""
+
+    groups: int
+    group_size: int
+    system_tokens: int
+    task_tokens: int
+    turns: int
+    generate_tokens: int
+    observation_tokens: int
+    pause_steps: tuple[int, int]  # tool latency in engine steps, uniform in [lo, hi]
+    kv_fraction: float  # KV capacity over the distinct tokens of all final contexts (shared prefixes once)
+
+
+@dataclass(slots=True)
+class _AgentTrajectory:
+    trajectory_id: str
+    priority: Priority
+    context: list[int]
+    turns_left: int
+    resume_at: int = 0
+    request_id: str | None = None
+
+
+def agentic(model_dir: Path, case: AgenticCase, cache_policy: str, demotion: bool, seed: int = 0) -> dict[str, float]:
+    rng = random.Random(seed)
+    model = load_model(model_dir)
+    system = [rng.randrange(256) for _ in range(case.system_tokens)]
+    total = case.groups * case.group_size
+    own_tokens = case.turns * (case.generate_tokens + case.observation_tokens)
+    distinct = case.system_tokens + case.groups * case.task_tokens + total * own_tokens
+    capacity = int(case.kv_fraction * distinct)
+    engine = Engine(model, EngineConfig(kv_capacity_tokens=capacity, page_size=16, cache_policy=cache_policy,
+                                        demotion=demotion, max_running_requests=total,
+                                        max_prefill_tokens=4096, chunked_prefill_size=2048))
+    trajectories = []
+    for g in range(case.groups):
+        task = [rng.randrange(256) for _ in range(case.task_tokens)]
+        priority = Priority.HIGH if g % 2 == 0 else Priority.LOW
+        for k in range(case.group_size):
+            # trajectories arrive spread over the first tool-latency window, as they do in a run
+            trajectory = _AgentTrajectory(f"g{g}-t{k}", priority, system + task, case.turns,
+                                          resume_at=rng.randint(0, case.pause_steps[1]))
+            engine.start_trajectory(trajectory.trajectory_id, priority)
+            trajectories.append(trajectory)
+    params = SamplingParams(max_new_tokens=case.generate_tokens, temperature=0, stop_token_ids=(-1,))
+    step = 0
+    by_request: dict[str, _AgentTrajectory] = {}
+    finished_at: dict[Priority, int] = {}
+    live = list(trajectories)
+    while live:
+        for trajectory in live:
+            if trajectory.request_id is None and trajectory.resume_at <= step:
+                trajectory.request_id = engine.add_request(trajectory.context, params, trajectory.priority,
+                                                           trajectory.trajectory_id)
+                by_request[trajectory.request_id] = trajectory
+        for output in engine.step() if engine.has_work else []:
+            if not output.finished:
+                continue
+            trajectory = by_request.pop(output.request_id)
+            trajectory.request_id = None
+            trajectory.turns_left -= 1
+            trajectory.context = trajectory.context + output.output_ids
+            if trajectory.turns_left == 0:
+                engine.release_trajectory(trajectory.trajectory_id)
+                finished_at[trajectory.priority] = step
+            else:
+                trajectory.context += [rng.randrange(256) for _ in range(case.observation_tokens)]
+                trajectory.resume_at = step + rng.randint(*case.pause_steps)
+        live = [t for t in live if t.turns_left > 0]
+        step += 1
+    engine.scheduler.check_integrity()
+    stats = engine.stats()
+    return {
+        "hit_rate": stats["hit_rate"],
+        "recomputed_tokens": stats["recomputed_tokens"],
+        "prompt_tokens": stats["prompt_tokens"],
+        "evicted_tokens": stats["evicted_tokens"],
+        "retractions": stats["retractions"],
+        "demotions": stats["demotions"],
+        "steps": step,
+        "high_done_step": finished_at.get(Priority.HIGH, step),
+        "kv_capacity_tokens": capacity,
+    }
+
+
+QUICK = {
+    "throughput": ThroughputCase(batch=8, prompt_len=64, new_tokens=32),
+    "agentic": AgenticCase(groups=4, group_size=4, system_tokens=256, task_tokens=192, turns=6,
+                           generate_tokens=12, observation_tokens=12, pause_steps=(4, 30), kv_fraction=0.55),
+}
+FULL = {
+    "throughput": ThroughputCase(batch=16, prompt_len=128, new_tokens=64),
+    "agentic": AgenticCase(groups=8, group_size=4, system_tokens=512, task_tokens=256, turns=10,
+                           generate_tokens=16, observation_tokens=16, pause_steps=(4, 40), kv_fraction=0.55),
+}
+BENCH_SHAPE = dict(layers=4, hidden=256, heads=8, kv_heads=2, seed=1)
+POLICIES = {"lru": ("lru", False), "tiers": ("tiers", False), "tiers_demotion": ("tiers", True)}
+
+
+def run(quick: bool) -> dict[str, object]:
+    cases = QUICK if quick else FULL
+    with tempfile.TemporaryDirectory() as tmp, Progress() as progress:
+        model_dir = make_tiny_model(Path(tmp) / "model", **BENCH_SHAPE)
+        task = progress.add_task("engine bench", total=1 + len(POLICIES))
+        result: dict[str, object] = {"model": {**BENCH_SHAPE, "vocab": 263}, "quick": quick}
+        result.update(throughput(model_dir, cases["throughput"], repeats=2 if quick else 3))
+        progress.advance(task)
+        result["throughput_case"] = asdict(cases["throughput"])
+        result["agentic_case"] = asdict(cases["agentic"])
+        for name, (policy, demotion) in POLICIES.items():
+            result.setdefault("agentic", {})[name] = agentic(model_dir, cases["agentic"], policy, demotion)
+            progress.advance(task)
+    agentic_results = result["agentic"]
+    result["hit_rate"] = {name: r["hit_rate"] for name, r in agentic_results.items()}
+    result["recomputed_tokens"] = {name: r["recomputed_tokens"] for name, r in agentic_results.items()}
+    return result
+
+
+def main(quick: bool, json_out: Path | None) -> None:
+    result = run(quick)
+    text = json.dumps(result, indent=2)
+    if json_out:
+        json_out.write_text(text)
+    print(text)

@@ -1,0 +1,210 @@
+"""The rollout engine: the pure scheduler deciding, the model runner computing.
+
+Single-threaded and step-driven: `step()` applies what was queued since the last step
+(weight updates, trajectory changes) at the iteration boundary, runs one batch, and returns
+what each request produced. `AsyncEngine` drives it from a thread for asyncio callers.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import torch
+
+from venusrl.engine.config import EngineConfig
+from venusrl.engine.kv_pool import HostKV
+from venusrl.engine.request import PartialOutput
+from venusrl.engine.runner import ModelRunner
+from venusrl.engine.scheduler import Scheduler
+from venusrl.model.causal_lm import CausalLM
+from venusrl.model.chat import ChatTokenizer, load_tokenizer
+from venusrl.model.checkpoint import load_model
+from venusrl.types import Priority, SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    """What one request produced in one step (`new_*`) and in total so far."""
+
+    request_id: str
+    trajectory_id: str | None
+    prompt_len: int
+    new_token_ids: list[int]
+    new_logprobs: list[float]
+    output_ids: list[int]
+    logprobs: list[float]
+    weight_versions: list[int]  # the weight version each output token was sampled under
+    finished: bool = False
+    finish_reason: str | None = None  # stop, length, abort
+
+
+@dataclass(slots=True)
+class _Tracked:
+    trajectory_id: str | None
+    prompt_len: int
+    stop: tuple[str, ...]
+    output_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    weight_versions: list[int] = field(default_factory=list)
+    emitted: int = 0
+
+
+class Engine:
+    def __init__(self, model: CausalLM, config: EngineConfig, tokenizer: ChatTokenizer | None = None, seed: int = 0):
+        self.config = config
+        self.tokenizer = tokenizer
+        self.scheduler = Scheduler(config)
+        self.runner = ModelRunner(model, config.kv_capacity_tokens, seed)
+        self.weight_version = 0
+        self._pending_weights: tuple[dict[str, torch.Tensor], int] | None = None
+        self._tracked: dict[str, _Tracked] = {}
+        self._ids = itertools.count()
+        self.eos_token_ids = tuple(tokenizer.eos_token_ids if tokenizer else model.args.eos_token_ids)
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str | Path, config: EngineConfig | None = None, dtype: str = "float32", device: str = "cpu"
+    ) -> Engine:
+        return cls(load_model(path, dtype, device), config or EngineConfig(), load_tokenizer(path))
+
+    # ---- requests ------------------------------------------------------------------------
+
+    def add_request(
+        self,
+        prompt_ids: list[int],
+        sampling: SamplingParams,
+        priority: Priority | None = None,
+        trajectory_id: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Queue one generation. Without a priority the trajectory keeps its own (LOW for a new
+        one). Stop token ids default to the model's end-of-turn tokens."""
+        request_id = request_id or f"req-{next(self._ids)}"
+        vocab = self.runner.model.args.vocab_size
+        bad = next((t for t in prompt_ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise ValueError(f"prompt token id {bad} is outside the vocabulary [0, {vocab})")
+        if not sampling.stop_token_ids and self.eos_token_ids:
+            sampling = replace(sampling, stop_token_ids=self.eos_token_ids)
+        if sampling.stop and self.tokenizer is None:
+            raise ValueError("stop strings need an engine with a tokenizer")
+        self.scheduler.add_request(request_id, prompt_ids, sampling, priority, trajectory_id)
+        self._tracked[request_id] = _Tracked(trajectory_id, len(prompt_ids), sampling.stop)
+        log.debug("request %s added: %d prompt tokens, priority %s", request_id, len(prompt_ids), priority)
+        return request_id
+
+    def abort(self, request_id: str) -> RequestOutput:
+        """Stop a request now and return what it produced, so the caller can resume it later
+        (its computed KV stays in the cache)."""
+        partial = self.scheduler.abort(request_id)
+        return self._final(request_id, partial)
+
+    def start_trajectory(self, trajectory_id: str, priority: Priority) -> None:
+        self.scheduler.start_trajectory(trajectory_id, Priority(priority))
+
+    def release_trajectory(self, trajectory_id: str) -> None:
+        self.scheduler.release_trajectory(trajectory_id)
+
+    def set_priority(self, trajectory_id: str, priority: Priority) -> None:
+        self.scheduler.set_priority(trajectory_id, Priority(priority))
+
+    def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        """Queue new weights; applied at the next iteration boundary. In-flight requests carry
+        on under the new version, and every token records the version it was sampled under."""
+        if version <= self.weight_version:
+            raise ValueError(f"weight version {version} is not newer than {self.weight_version}")
+        self._pending_weights = (state_dict, version)
+
+    @property
+    def has_work(self) -> bool:
+        return self.scheduler.has_work
+
+    # ---- one iteration -------------------------------------------------------------------
+
+    def step(self) -> list[RequestOutput]:
+        if self._pending_weights is not None:
+            state_dict, version = self._pending_weights
+            self._pending_weights = None
+            self.runner.load_weights(state_dict)
+            self.weight_version = version
+            dropped = self.scheduler.drop_all_kv() if self.config.kv_after_weight_update == "recompute" else 0
+            log.info("weights updated to version %d (%d cached KV tokens dropped)", version, dropped)
+        batch = self.scheduler.schedule()
+        sampled = self.runner.run(batch)
+        stopped = []
+        for request_id, token in sampled.items():
+            tracked = self._tracked[request_id]
+            tracked.output_ids.append(token.token)
+            tracked.logprobs.append(token.logprob)
+            tracked.weight_versions.append(self.weight_version)
+            if tracked.stop and self._hits_stop_string(tracked):
+                stopped.append(request_id)
+        finished = {p.request_id: p for p in self.scheduler.on_batch_done(batch, {r: t.token for r, t in sampled.items()}, stopped)}
+        finished.update((p.request_id, p) for p in batch.finished)
+        outputs = [self._final(rid, partial) for rid, partial in finished.items()]
+        for request_id in sampled:
+            if request_id not in finished:
+                outputs.append(self._delta(request_id, finished=False, reason=None))
+        return outputs
+
+    def run_to_completion(self) -> dict[str, RequestOutput]:
+        """Step until no request is left; the final output of each request."""
+        done = {}
+        while self.has_work:
+            done.update((o.request_id, o) for o in self.step() if o.finished)
+        return done
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams) -> list[RequestOutput]:
+        ids = [self.add_request(p, sampling) for p in prompts]
+        done = self.run_to_completion()
+        return [done[i] for i in ids]
+
+    # ---- KV migration --------------------------------------------------------------------
+
+    def export_prefix(self, token_ids: list[int]) -> tuple[int, HostKV]:
+        """KV of the longest cached page-aligned prefix of `token_ids`, copied to host memory."""
+        slots = self.scheduler.cached_prefix_slots(token_ids)
+        return len(slots), self.runner.pool.export(slots)
+
+    def import_prefix(self, token_ids: list[int], kv: HostKV, trajectory_id: str | None = None) -> int:
+        """Insert the KV of `token_ids[:kv.num_tokens]` (from another engine) into this cache;
+        returns the tokens now cached. Pages this engine already had are kept, not rewritten.
+        With `trajectory_id`, that trajectory references the prefix (it is about to resume here)."""
+        self.runner.pool.check_compatible(kv)
+        tokens = token_ids[: kv.num_tokens]
+        new_slots, offset = self.scheduler.reserve_prefix(tokens)
+        if new_slots:
+            self.runner.pool.load(new_slots, kv.slice(offset, offset + len(new_slots)))
+        return self.scheduler.commit_prefix(tokens, new_slots, offset, trajectory_id)
+
+    def stats(self) -> dict[str, object]:
+        return {**self.scheduler.stats().to_dict(), "weight_version": self.weight_version}
+
+    # ---- internals -----------------------------------------------------------------------
+
+    def _hits_stop_string(self, tracked: _Tracked) -> bool:
+        text = self.tokenizer.decode(tracked.output_ids)
+        return any(s in text for s in tracked.stop)
+
+    def _delta(self, request_id: str, finished: bool, reason: str | None) -> RequestOutput:
+        tracked = self._tracked[request_id]
+        start, tracked.emitted = tracked.emitted, len(tracked.output_ids)
+        return RequestOutput(
+            request_id, tracked.trajectory_id, tracked.prompt_len,
+            tracked.output_ids[start:], tracked.logprobs[start:],
+            list(tracked.output_ids), list(tracked.logprobs), list(tracked.weight_versions), finished, reason,
+        )
+
+    def _final(self, request_id: str, partial: PartialOutput) -> RequestOutput:
+        tracked = self._tracked[request_id]
+        if partial.output_ids != tracked.output_ids:
+            raise AssertionError(f"{request_id}: scheduler and engine disagree on the output")
+        output = self._delta(request_id, finished=True, reason=partial.finish_reason)
+        del self._tracked[request_id]
+        log.debug("request %s finished (%s): %d tokens", request_id, partial.finish_reason, len(tracked.output_ids))
+        return output

@@ -1,0 +1,74 @@
+"""Runs a scheduler batch on the model: one packed forward over the paged KV pool, then
+sampling for the items that need a token."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from venusrl.engine.batch import Batch
+from venusrl.engine.kv_pool import KVPool
+from venusrl.engine.paged_attention import PagedAttention, SequenceSlots
+from venusrl.model.causal_lm import CausalLM
+from venusrl.model.sampling import sample
+
+
+@dataclass(slots=True, frozen=True)
+class SampledToken:
+    token: int
+    logprob: float
+
+
+class ModelRunner:
+    def __init__(self, model: CausalLM, kv_capacity_tokens: int, seed: int = 0):
+        weight = model.model.embed_tokens.weight
+        self.model = model
+        self.device = weight.device
+        self.pool = KVPool(model.args, kv_capacity_tokens, weight.dtype, weight.device)
+        # requests without a seed draw from one engine-wide stream
+        self.generator = torch.Generator(device=self.device).manual_seed(seed)
+
+    @torch.no_grad()
+    def run(self, batch: Batch) -> dict[str, SampledToken]:
+        items = batch.items
+        if not items:
+            return {}
+        ids = torch.tensor([[t for item in items for t in item.token_ids]], device=self.device)
+        positions = torch.tensor([[p for item in items for p in item.positions]], device=self.device)
+        context = PagedAttention(self.pool, [SequenceSlots(len(item.token_ids), item.context_slots) for item in items])
+        hidden = self.model.hidden_states(ids, positions, context)[0]
+        ends = torch.tensor([len(item.token_ids) for item in items], device=self.device).cumsum(0) - 1
+        sampled_items = [i for i, item in enumerate(items) if item.sample]
+        if not sampled_items:
+            return {}
+        logits = self.model.lm_head(hidden[ends[sampled_items]])
+        out = {}
+        for row, index in enumerate(sampled_items):
+            item = items[index]
+            generator = self.generator
+            if item.sampling.seed is not None:
+                # seed + position in the output: reproducible across retraction and resume
+                generator = torch.Generator(device=self.device).manual_seed(item.sampling.seed + item.num_generated)
+            token, logprob = sample(logits[row], item.sampling, generator)
+            out[item.request_id] = SampledToken(token, logprob)
+        return out
+
+    @torch.no_grad()
+    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Copy new weights in place (names as in Hugging Face checkpoints); every tensor of
+        the model must be given, so a partial update cannot leave mixed versions."""
+        params = dict(self.model.named_parameters(remove_duplicate=False))
+        tied = self.model.args.tie_word_embeddings
+        missing = [n for n in params if n not in state_dict and not (tied and n == "lm_head.weight")]
+        unknown = [n for n in state_dict if n not in params and not n.endswith("rotary_emb.inv_freq")]
+        if missing or unknown:
+            raise ValueError(f"update_weights: missing {missing[:3]}, unknown {unknown[:3]}")
+        updates = {n: t for n, t in state_dict.items() if n in params and not (tied and n == "lm_head.weight")}
+        for name, tensor in updates.items():
+            if params[name].shape != tensor.shape:
+                raise ValueError(
+                    f"update_weights: {name} has shape {tuple(tensor.shape)}, expected {tuple(params[name].shape)}"
+                )
+        for name, tensor in updates.items():
+            params[name].copy_(tensor)

@@ -1,0 +1,40 @@
+"""Engine statistics (pure): cache hits, recomputation, evictions and KV use per tier."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class Counters:
+    """Running totals the scheduler adds to as it admits and evicts."""
+
+    prompt_tokens: int = 0  # tokens of every admitted sequence (re-admissions count again)
+    cached_tokens: int = 0  # of those, found in the radix cache
+    recomputed_tokens: int = 0  # prefilled again although computed before for the same trajectory
+    retractions: int = 0
+    preemptions: int = 0  # retractions of a running LOW request for a waiting HIGH one
+    demotions: int = 0
+    promotions: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class EngineStats:
+    prompt_tokens: int
+    cached_tokens: int
+    hit_rate: float
+    recomputed_tokens: int
+    retractions: int
+    preemptions: int
+    demotions: int
+    promotions: int
+    evicted_tokens: dict[str, int]  # per tier: unused / low_ref / high_ref
+    kv_tokens: dict[str, int] = field(default_factory=dict)  # free / running / per tier
+    kv_capacity_tokens: int = 0
+    high_pressure: float = 0.0  # HIGH/PROMOTED KV demand over capacity
+    demoted_trajectories: int = 0
+    running: int = 0
+    waiting: int = 0
+
+    def to_dict(self) -> dict[str, object]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
