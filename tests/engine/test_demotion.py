@@ -16,3 +16,14 @@ def test_promoted_trajectories_are_never_demoted():
     contexts = {"promoted": 5, "high": 40}
     demotable = {"promoted": False, "high": True}
     assert choose_demoted(contexts, demotable, capacity_tokens=20) == {"high"}
+
+
+def test_shared_prompt_pages_count_once():
+    """Four trajectories of a group share a 100-token prompt and own 10 tokens each: the
+    demand is 140, not 440, so nothing is demoted in a 150-token pool."""
+    contexts = dict.fromkeys("abcd", 110)
+    demotable = dict.fromkeys("abcd", True)
+    exclusive = dict.fromkeys("abcd", 10)
+    assert choose_demoted(contexts, demotable, 150, exclusive, demand=140) == set()
+    # in a 125-token pool, demoting two frees their 20 private tokens and the rest fits
+    assert choose_demoted(contexts, demotable, 125, exclusive, demand=140) == {"a", "b"}

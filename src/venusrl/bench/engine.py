@@ -76,6 +76,7 @@ class AgenticCase:
     observation_tokens: int
     pause_steps: tuple[int, int]  # tool latency in engine steps, uniform in [lo, hi]
     kv_fraction: float  # KV capacity over the distinct tokens of all final contexts (shared prefixes once)
+    slots: int  # generation slots: LOW requests are sent only while fewer are in use (paper §4.3)
 
 
 @dataclass(slots=True)
@@ -96,7 +97,7 @@ def agentic(model_dir: Path, case: AgenticCase, cache_policy: str, demotion: boo
     own_tokens = case.turns * (case.generate_tokens + case.observation_tokens)
     distinct = case.system_tokens + case.groups * case.task_tokens + total * own_tokens
     capacity = int(case.kv_fraction * distinct)
-    engine = Engine(model, EngineConfig(kv_capacity_tokens=capacity, page_size=16, cache_policy=cache_policy,
+    engine = Engine(model, EngineConfig(kv_capacity_tokens=capacity, page_size=1, cache_policy=cache_policy,
                                         demotion=demotion, max_running_requests=total,
                                         max_prefill_tokens=4096, chunked_prefill_size=2048))
     trajectories = []
@@ -116,10 +117,13 @@ def agentic(model_dir: Path, case: AgenticCase, cache_policy: str, demotion: boo
     live = list(trajectories)
     while live:
         for trajectory in live:
-            if trajectory.request_id is None and trajectory.resume_at <= step:
-                trajectory.request_id = engine.add_request(trajectory.context, params, trajectory.priority,
-                                                           trajectory.trajectory_id)
-                by_request[trajectory.request_id] = trajectory
+            if trajectory.request_id is not None or trajectory.resume_at > step:
+                continue
+            if trajectory.priority == Priority.LOW and len(by_request) >= case.slots:
+                continue  # a LOW trajectory takes a slot only when one would otherwise idle
+            trajectory.request_id = engine.add_request(trajectory.context, params, trajectory.priority,
+                                                       trajectory.trajectory_id)
+            by_request[trajectory.request_id] = trajectory
         for output in engine.step() if engine.has_work else []:
             if not output.finished:
                 continue
@@ -139,6 +143,8 @@ def agentic(model_dir: Path, case: AgenticCase, cache_policy: str, demotion: boo
     stats = engine.stats()
     return {
         "hit_rate": stats["hit_rate"],
+        "hit_rate_high": stats["hit_rate_by_priority"]["high"],
+        "hit_rate_low": stats["hit_rate_by_priority"]["low"],
         "recomputed_tokens": stats["recomputed_tokens"],
         "prompt_tokens": stats["prompt_tokens"],
         "evicted_tokens": stats["evicted_tokens"],
@@ -153,12 +159,14 @@ def agentic(model_dir: Path, case: AgenticCase, cache_policy: str, demotion: boo
 QUICK = {
     "throughput": ThroughputCase(batch=8, prompt_len=64, new_tokens=32),
     "agentic": AgenticCase(groups=4, group_size=4, system_tokens=256, task_tokens=192, turns=6,
-                           generate_tokens=12, observation_tokens=12, pause_steps=(4, 30), kv_fraction=0.55),
+                           generate_tokens=12, observation_tokens=12, pause_steps=(4, 30), kv_fraction=0.55,
+                           slots=8),
 }
 FULL = {
     "throughput": ThroughputCase(batch=16, prompt_len=128, new_tokens=64),
     "agentic": AgenticCase(groups=8, group_size=4, system_tokens=512, task_tokens=256, turns=10,
-                           generate_tokens=16, observation_tokens=16, pause_steps=(4, 40), kv_fraction=0.55),
+                           generate_tokens=16, observation_tokens=16, pause_steps=(4, 40), kv_fraction=0.55,
+                           slots=12),
 }
 BENCH_SHAPE = dict(layers=4, hidden=256, heads=8, kv_heads=2, seed=1)
 POLICIES = {"lru": ("lru", False), "tiers": ("tiers", False), "tiers_demotion": ("tiers", True)}
@@ -179,6 +187,7 @@ def run(quick: bool) -> dict[str, object]:
             progress.advance(task)
     agentic_results = result["agentic"]
     result["hit_rate"] = {name: r["hit_rate"] for name, r in agentic_results.items()}
+    result["hit_rate_high"] = {name: r["hit_rate_high"] for name, r in agentic_results.items()}
     result["recomputed_tokens"] = {name: r["recomputed_tokens"] for name, r in agentic_results.items()}
     return result
 

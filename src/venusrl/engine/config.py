@@ -18,6 +18,7 @@ class EngineConfig(Section):
     chunked_prefill_size: int = Field(2048, ge=1, description="longest prefill chunk of one request")
     cache_policy: Literal["tiers", "lru"] = Field("tiers", description="radix eviction: trajectory-aware tiers or plain LRU")
     demotion: bool = Field(True, description="residency-aware demotion of HIGH trajectories under KV pressure")
+    attention_backend: Literal["sdpa"] = Field("sdpa", description="paged attention kernel (see engine/paged_attention.py)")
     kv_after_weight_update: Literal["recompute", "keep"] = Field(
         "recompute",
         description="recompute: cached KV is dropped with the old weights, so every token is computed "

@@ -6,16 +6,24 @@ from collections.abc import Hashable, Mapping
 
 
 def choose_demoted(
-    contexts: Mapping[Hashable, int], demotable: Mapping[Hashable, bool], capacity_tokens: int
+    contexts: Mapping[Hashable, int],
+    demotable: Mapping[Hashable, bool],
+    capacity_tokens: int,
+    exclusive: Mapping[Hashable, int] | None = None,
+    demand: int | None = None,
 ) -> set[Hashable]:
     """Demote HIGH trajectories, shortest context first, until the rest fit in capacity.
 
-    ``contexts`` holds the KV demand (context tokens) of every HIGH or PROMOTED trajectory;
-    ``demotable`` says which of them are HIGH (PROMOTED ones are never demoted). Shortest
-    first keeps the long trajectories' progress resident. Recomputing the set every
-    iteration promotes trajectories back as soon as finished HIGH ones free the room.
+    ``contexts`` holds the context tokens of every HIGH or PROMOTED trajectory; ``demotable``
+    says which of them are HIGH (PROMOTED ones are never demoted). Trajectories of a group
+    share prompt pages, so the KV demand is the distinct tokens (``demand``), and demoting a
+    trajectory frees only what no other HIGH trajectory shares (``exclusive``); both default
+    to treating every context as private. Shortest first keeps the long trajectories' progress
+    resident. Recomputing the set every iteration promotes trajectories back as soon as
+    finished HIGH ones free the room.
     """
-    demand = sum(contexts.values())
+    exclusive = contexts if exclusive is None else exclusive
+    demand = sum(contexts.values()) if demand is None else demand
     demoted: set[Hashable] = set()
     if demand <= capacity_tokens:
         return demoted
@@ -24,5 +32,5 @@ def choose_demoted(
         if demand <= capacity_tokens:
             break
         demoted.add(key)
-        demand -= contexts[key]
+        demand -= exclusive[key]
     return demoted

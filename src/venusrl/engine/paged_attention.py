@@ -67,3 +67,8 @@ class PagedAttention:
             keys, values = pool_k[self.decode_slots], pool_v[self.decode_slots]  # [D, L, Hkv, Dh]
             out[0, self.decode_rows] = sdpa(queries, keys, values, mask=self.decode_mask, causal=False)[:, 0]
         return out
+
+
+# Attention backends by name (`engine.attention_backend`). A GPU backend (flash-attn,
+# flashinfer) is a class with this constructor and `attend`, registered here.
+ATTENTION_BACKENDS: dict[str, type[PagedAttention]] = {"sdpa": PagedAttention}

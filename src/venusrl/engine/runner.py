@@ -9,7 +9,7 @@ import torch
 
 from venusrl.engine.batch import Batch
 from venusrl.engine.kv_pool import KVPool
-from venusrl.engine.paged_attention import PagedAttention, SequenceSlots
+from venusrl.engine.paged_attention import ATTENTION_BACKENDS, SequenceSlots
 from venusrl.model.causal_lm import CausalLM
 from venusrl.model.sampling import sample
 
@@ -21,11 +21,12 @@ class SampledToken:
 
 
 class ModelRunner:
-    def __init__(self, model: CausalLM, kv_capacity_tokens: int, seed: int = 0):
+    def __init__(self, model: CausalLM, kv_capacity_tokens: int, seed: int = 0, attention_backend: str = "sdpa"):
         weight = model.model.embed_tokens.weight
         self.model = model
         self.device = weight.device
         self.pool = KVPool(model.args, kv_capacity_tokens, weight.dtype, weight.device)
+        self.attention = ATTENTION_BACKENDS[attention_backend]
         # requests without a seed draw from one engine-wide stream
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
@@ -36,7 +37,7 @@ class ModelRunner:
             return {}
         ids = torch.tensor([[t for item in items for t in item.token_ids]], device=self.device)
         positions = torch.tensor([[p for item in items for p in item.positions]], device=self.device)
-        context = PagedAttention(self.pool, [SequenceSlots(len(item.token_ids), item.context_slots) for item in items])
+        context = self.attention(self.pool, [SequenceSlots(len(item.token_ids), item.context_slots) for item in items])
         hidden = self.model.hidden_states(ids, positions, context)[0]
         ends = torch.tensor([len(item.token_ids) for item in items], device=self.device).cumsum(0) - 1
         sampled_items = [i for i, item in enumerate(items) if item.sample]

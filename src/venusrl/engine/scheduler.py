@@ -297,6 +297,10 @@ class Scheduler:
         )
         self.counters.prompt_tokens += len(tokens)
         self.counters.cached_tokens += cached
+        trajectory = self.cache.trajectories.get(request.trajectory_key)
+        declared = trajectory.priority if trajectory is not None else request.priority
+        self.counters.prompt_tokens_by_priority[declared] += len(tokens)
+        self.counters.cached_tokens_by_priority[declared] += cached
         self.counters.recomputed_tokens += max(0, min(prior, len(tokens)) - cached)
         self.waiting.remove(request)
         self.running.append(request)
@@ -430,19 +434,36 @@ class Scheduler:
     # ---- demotion ------------------------------------------------------------------------
 
     def _rebalance_demotion(self) -> None:
-        trajectories = self.cache.trajectories
-        contexts = {
-            k: t.context_tokens for k, t in trajectories.items() if t.priority != Priority.LOW
-        }
+        trajectories, root = self.cache.trajectories, self.cache.root
+        high = [k for k, t in trajectories.items() if t.priority != Priority.LOW]
+        # Cached paths of the HIGH trajectories, and how many of them share each node: a
+        # group's prompt pages are one demand, not K.
+        sharing: Counter = Counter()
+        paths: dict[Hashable, list] = {}
+        for key in high:
+            path, node = [], trajectories[key].anchor
+            while node is not None and node is not root:
+                path.append(node)
+                node = node.parent
+            paths[key] = path
+            sharing.update(path)
+        uncached = dict.fromkeys(high, 0)
+        contexts = {k: trajectories[k].context_tokens for k in high}
         for request in self.requests.values():
             key = request.trajectory_key
             if key in contexts:
+                uncached[key] = max(uncached[key], request.seq_len - contexts[key])
                 contexts[key] = max(contexts[key], request.seq_len)
-        self._high_demand = sum(contexts.values())
+        self._high_demand = sum(len(node.key) for node in sharing) + sum(uncached.values())
         demoted: set[Hashable] = set()
         if self.config.demotion and self.config.cache_policy == "tiers":
-            demotable = {k: trajectories[k].priority == Priority.HIGH for k in contexts}
-            demoted = choose_demoted(contexts, demotable, self.allocator.capacity_tokens)
+            demotable = {k: trajectories[k].priority == Priority.HIGH for k in high}
+            exclusive = {
+                k: uncached[k] + sum(len(n.key) for n in paths[k] if sharing[n] == 1) for k in high
+            }
+            demoted = choose_demoted(
+                contexts, demotable, self.allocator.capacity_tokens, exclusive, self._high_demand
+            )
         for key, trajectory in trajectories.items():
             if trajectory.demoted != (key in demoted):
                 self.cache.set_demoted(key, key in demoted)
@@ -461,6 +482,10 @@ class Scheduler:
         return EngineStats(
             prompt_tokens=c.prompt_tokens, cached_tokens=c.cached_tokens,
             hit_rate=c.cached_tokens / c.prompt_tokens if c.prompt_tokens else 0.0,
+            hit_rate_by_priority={
+                p.name.lower(): cached / prompt if prompt else 0.0
+                for p, cached, prompt in zip(Priority, c.cached_tokens_by_priority, c.prompt_tokens_by_priority, strict=True)
+            },
             recomputed_tokens=c.recomputed_tokens, retractions=c.retractions,
             preemptions=c.preemptions, demotions=c.demotions, promotions=c.promotions,
             evicted_tokens={tier.name.lower(): self.cache.evicted_tokens[tier] for tier in Tier},

@@ -16,6 +16,9 @@ class Counters:
     preemptions: int = 0  # retractions of a running LOW request for a waiting HIGH one
     demotions: int = 0
     promotions: int = 0
+    # by the trajectory's declared priority (PROMOTED, HIGH, LOW): the critical path's hit rate
+    prompt_tokens_by_priority: list[int] = field(default_factory=lambda: [0, 0, 0])
+    cached_tokens_by_priority: list[int] = field(default_factory=lambda: [0, 0, 0])
 
 
 @dataclass(slots=True, frozen=True)
@@ -23,6 +26,7 @@ class EngineStats:
     prompt_tokens: int
     cached_tokens: int
     hit_rate: float
+    hit_rate_by_priority: dict[str, float]
     recomputed_tokens: int
     retractions: int
     preemptions: int

@@ -22,12 +22,9 @@ class AttentionContext(Protocol):
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, causal: bool) -> torch.Tensor:
     """Scaled dot-product attention with grouped KV heads; q [B,Tq,Hq,D], k/v [B,Tk,Hkv,D]."""
-    groups = q.shape[2] // k.shape[2]
     q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    if groups > 1:
-        k = k.repeat_interleave(groups, dim=1)
-        v = v.repeat_interleave(groups, dim=1)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None)
+    grouped = q.shape[1] != k.shape[1]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None, enable_gqa=grouped)
     return out.transpose(1, 2)
 
 
