@@ -9,7 +9,7 @@ import typer
 import yaml
 
 from venusrl.bench.cli import bench_app
-from venusrl.config import ConfigError, load_config
+from venusrl.cli_support import load_config_or_exit
 from venusrl.engine.cli import serve
 from venusrl.logs import setup_logging
 from venusrl.model.cli import model_app
@@ -29,11 +29,7 @@ def config_show(
     overrides: Annotated[list[str] | None, typer.Argument(help="dotted key=value overrides")] = None,
 ) -> None:
     """Print the fully resolved config (defaults, file, overrides) as YAML."""
-    try:
-        config = load_config(path, overrides or [])
-    except ConfigError as err:
-        typer.echo(str(err), err=True)
-        raise typer.Exit(2) from None
+    config = load_config_or_exit(path, overrides)
     typer.echo(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
 
 

@@ -21,8 +21,32 @@ def bench_engine(
 
     main(quick, json_out)
 
-from venusrl.bench.predictor import predictor_command  # noqa: E402
-from venusrl.bench.scheduler import scheduler_command  # noqa: E402
 
-bench_app.command("predictor")(predictor_command)
-bench_app.command("scheduler")(scheduler_command)
+@bench_app.command("predictor")
+def bench_predictor(
+    quick: Annotated[bool, typer.Option("--quick", help="smaller workload")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+    data: Annotated[Path | None, typer.Option(help="JSONL of (messages, remaining_tokens) rows instead of the synthetic workload")] = None,
+    predictors: Annotated[str, typer.Option(help="comma-separated: group_history,learned,lm")] = "group_history,learned,lm",
+    lm_model: Annotated[Path | None, typer.Option(help="Hugging Face model for `lm` (default: the tiny model)")] = None,
+) -> None:
+    """Spearman, MAE, MAPE and latency of the length predictors."""
+    from venusrl.bench.predictor import main
+
+    main(quick, json_out, data, predictors, lm_model)
+
+
+@bench_app.command("scheduler")
+def bench_scheduler(
+    quick: Annotated[bool, typer.Option("--quick", help="fewer events")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+    groups: Annotated[int, typer.Option(min=1, help="groups in flight")] = 1250,
+    group_size: Annotated[int, typer.Option(min=1, help="K")] = 8,
+    events: Annotated[int | None, typer.Option(min=1, help="timed events per policy (default 200000, quick 20000)")] = None,
+    policies: Annotated[str, typer.Option(help="comma-separated priority policies")] = "fcfs,action_level,length_prediction,oracle",
+    seed: int = 0,
+) -> None:
+    """Events per second and p99 latency of one DataCoordinator event at 10,000 in-flight trajectories."""
+    from venusrl.bench.scheduler import main
+
+    main(quick, json_out, groups, group_size, events, policies, seed)

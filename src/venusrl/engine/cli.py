@@ -23,17 +23,13 @@ def serve(
     """Serve MODEL over /v1/chat/completions and /v1/completions."""
     import uvicorn
 
-    from venusrl.config import ConfigError, load_config
+    from venusrl.cli_support import load_config_or_exit
     from venusrl.engine.async_engine import AsyncEngine
     from venusrl.engine.engine import Engine
     from venusrl.engine.server import create_app
     from venusrl.logs import setup_logging
 
-    try:
-        settings = load_config(config, overrides or [])
-    except ConfigError as err:
-        typer.echo(str(err), err=True)
-        raise typer.Exit(2) from None
+    settings = load_config_or_exit(config, overrides)
     setup_logging(settings.run.log_level)
     engine = Engine.from_pretrained(model, settings.engine, settings.model.dtype, settings.model.device)
     log.info("serving %s on http://%s:%d (KV pool %d tokens)", model, host, port, settings.engine.kv_capacity_tokens)
