@@ -213,3 +213,15 @@ def test_import_of_a_mismatched_kv_shape_is_rejected(tiny_model_dir, tmp_path, m
     with pytest.raises(ValueError, match="does not fit pool"):
         target.import_prefix(prompt, kv)
     target.scheduler.check_integrity()
+
+
+def test_messages_are_rendered_with_the_chat_template(tiny_model_dir, model):
+    engine = Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=4096))
+    messages = [{"role": "user", "content": "hello"}]
+    request_id = engine.add_request(messages, GREEDY)
+    out = engine.run_to_completion()[request_id]
+    tokenizer = engine.tokenizer
+    prompt = tokenizer.encode(tokenizer.render(messages, add_generation_prompt=True))
+    assert out.prompt_len == len(prompt) and out.output_ids == reference(model, prompt)
+    with pytest.raises(ValueError, match=r"messages\[0\].role"):
+        engine.add_request([{"role": "nobody", "content": "x"}], GREEDY)

@@ -76,15 +76,18 @@ class Engine:
 
     def add_request(
         self,
-        prompt_ids: list[int],
+        prompt: list[int] | list[dict],
         sampling: SamplingParams,
         priority: Priority | None = None,
         trajectory_id: str | None = None,
         request_id: str | None = None,
+        tools: list[dict] | None = None,
     ) -> str:
-        """Queue one generation. Without a priority the trajectory keeps its own (LOW for a new
-        one). Stop token ids default to the model's end-of-turn tokens."""
+        """Queue one generation from token ids, or from chat messages (and tools) rendered with
+        the checkpoint's chat template. Without a priority the trajectory keeps its own (LOW for
+        a new one). Stop token ids default to the model's end-of-turn tokens."""
         request_id = request_id or f"req-{next(self._ids)}"
+        prompt_ids = self._prompt_ids(prompt, tools)
         vocab = self.runner.model.args.vocab_size
         bad = next((t for t in prompt_ids if not 0 <= t < vocab), None)
         if bad is not None:
@@ -186,6 +189,13 @@ class Engine:
         return {**self.scheduler.stats().to_dict(), "weight_version": self.weight_version}
 
     # ---- internals -----------------------------------------------------------------------
+
+    def _prompt_ids(self, prompt: list[int] | list[dict], tools: list[dict] | None) -> list[int]:
+        if not prompt or not isinstance(prompt[0], dict):
+            return prompt
+        if self.tokenizer is None:
+            raise ValueError("chat messages need an engine with a tokenizer; pass token ids instead")
+        return self.tokenizer.encode(self.tokenizer.render(prompt, tools, add_generation_prompt=True))
 
     def _hits_stop_string(self, tracked: _Tracked) -> bool:
         text = self.tokenizer.decode(tracked.output_ids)
