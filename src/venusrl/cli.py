@@ -10,6 +10,7 @@ import yaml
 
 from venusrl.bench.cli import bench_app
 from venusrl.cli_support import load_config_or_exit
+from venusrl.coordinator.cli import predictor_app
 from venusrl.engine.cli import serve
 from venusrl.logs import setup_logging
 from venusrl.model.cli import model_app
@@ -17,6 +18,7 @@ from venusrl.model.cli import model_app
 app = typer.Typer(help="venusrl: agentic RL training through multi-turn tool use.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
 app.add_typer(bench_app, name="bench")
+app.add_typer(predictor_app, name="predictor")
 app.command("serve")(serve)
 
 config_app = typer.Typer(help="Inspect configuration.", no_args_is_help=True)

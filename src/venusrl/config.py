@@ -15,6 +15,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError
 
+from venusrl.coordinator.config import CoordinatorConfig, PredictorConfig
 from venusrl.engine.config import EngineConfig
 from venusrl.schema import Section
 
@@ -40,6 +41,8 @@ class RunConfig(Section):
 class Config(Section):
     model: ModelConfig = ModelConfig()
     engine: EngineConfig = EngineConfig()
+    coordinator: CoordinatorConfig = CoordinatorConfig()
+    predictor: PredictorConfig = PredictorConfig()
     run: RunConfig = RunConfig()
 
 

@@ -16,7 +16,7 @@ import tempfile
 import time
 import zlib
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
@@ -99,20 +99,12 @@ def run(quick: bool, data: Path | None, predictors: list[str], lm_model: Path | 
     return out
 
 
-def predictor_command(
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
-    quick: Annotated[bool, typer.Option(help="smaller workload")] = False,
-    data: Annotated[Path | None, typer.Option(help="JSONL of (messages, remaining_tokens) rows instead of the synthetic workload")] = None,
-    predictors: Annotated[str, typer.Option(help="comma-separated: " + ",".join(PREDICTORS))] = "group_history,learned,lm",
-    lm_model: Annotated[Path | None, typer.Option(help="Hugging Face model for `lm` (default: the tiny model)")] = None,
-) -> None:
-    """Spearman, MAE, MAPE and latency of the length predictors."""
+def main(quick: bool, json_out: Path | None, data: Path | None, predictors: str, lm_model: Path | None) -> None:
     kinds = [k.strip() for k in predictors.split(",") if k.strip()]
     unknown = [k for k in kinds if k not in PREDICTORS]
     if unknown or not kinds:
         raise typer.BadParameter(f"unknown predictors {unknown} (known: {', '.join(PREDICTORS)})", param_hint="--predictors")
-    result = run(quick, data, kinds, lm_model)
-    text = json.dumps(result, indent=2)
+    text = json.dumps(run(quick, data, kinds, lm_model), indent=2)
     if json_out:
         json_out.write_text(text + "\n")
     typer.echo(text)

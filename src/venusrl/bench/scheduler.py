@@ -14,7 +14,7 @@ import random
 import time
 from itertools import count
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
 import typer
@@ -150,16 +150,9 @@ def run(groups: int, group_size: int, events: int, policies: list[str], seed: in
             "target": {"event_p99_ms": P99_TARGET_MS, "met": worst <= P99_TARGET_MS}, "policies": results}
 
 
-def scheduler_command(
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
-    quick: Annotated[bool, typer.Option(help="fewer events")] = False,
-    groups: Annotated[int, typer.Option(min=1, help="groups in flight")] = 1250,
-    group_size: Annotated[int, typer.Option(min=1, help="K")] = 8,
-    events: Annotated[int | None, typer.Option(min=1, help="timed events per policy (default 200000, quick 20000)")] = None,
-    policies: Annotated[str, typer.Option(help="comma-separated policies")] = ",".join(RULES),
-    seed: int = 0,
+def main(
+    quick: bool, json_out: Path | None, groups: int, group_size: int, events: int | None, policies: str, seed: int
 ) -> None:
-    """Events per second and p99 latency of one coordinator event."""
     names = [p.strip() for p in policies.split(",") if p.strip()]
     unknown = [p for p in names if p not in RULES]
     if unknown or not names:

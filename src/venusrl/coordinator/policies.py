@@ -1,0 +1,119 @@
+"""Priority rules: which unfinished groups are critical (HIGH) for the next optimizer step.
+
+A rule gives each unfinished group a key (ascending: more urgent) and says how many of the
+first groups to mark HIGH. The coordinator keeps groups sorted by key, re-keying a group only
+when one of its trajectories has an event. Keys are absolute times or sequence numbers, never
+durations from `now`, so an untouched group's key stays valid as time passes.
+
+To add a rule: subclass `PriorityRule`, give it a `name`, register it in `RULES`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import ClassVar
+
+from venusrl.coordinator.stats import RunningStats
+from venusrl.types import Group, Trajectory, TrajectoryStatus
+
+
+class PriorityRule:
+    """Base rule: groups in arrival order, the first B - R of them HIGH (this is FCFS)."""
+
+    name: ClassVar[str] = "fcfs"
+
+    def critical_count(self, needed: int, ready: int) -> int:
+        """needed = B groups per step, ready = R groups done and waiting for that step."""
+        return max(0, needed - ready)
+
+    def group_key(self, group: Group, now: float, stats: RunningStats) -> float:
+        return float(group.seq)
+
+
+class FcfsRule(PriorityRule):
+    name = "fcfs"
+
+
+class ActionLevelRule(PriorityRule):
+    """No group priority: every trajectory is LOW and the worker schedules actions alone."""
+
+    name = "action_level"
+
+    def critical_count(self, needed: int, ready: int) -> int:
+        return 0
+
+
+class LengthPredictionRule(PriorityRule):
+    """The paper's rule (§4.2): rank groups by predicted time to completion.
+
+        T_complete(g) = max over unfinished r in g of
+                        predicted_remaining_tokens(r) * seconds_per_token
+                        + expected_tool_seconds(r)
+
+    expected_tool_seconds(r) = what is left of a running tool call
+                               + predicted_remaining_turns(r) * tool_seconds,
+    predicted_remaining_turns(r) = predicted_remaining_tokens(r) / tokens_per_turn.
+
+    The key is `now + T_complete(g)`, an absolute predicted completion time.
+    """
+
+    name = "length_prediction"
+
+    def group_key(self, group: Group, now: float, stats: RunningStats) -> float:
+        finish = [self.finish_at(t, now, stats) for t in group.trajectories if not t.finished]
+        return max(finish) if finish else now
+
+    def finish_at(self, trajectory: Trajectory, now: float, stats: RunningStats) -> float:
+        remaining_tokens = self.remaining_tokens(trajectory, stats)
+        remaining_turns = remaining_tokens / stats.tokens_per_turn
+        resume_at = now
+        if trajectory.status is TrajectoryStatus.IN_TOOL and trajectory.tool_started_at is not None:
+            resume_at = max(now, trajectory.tool_started_at + stats.tool_seconds)
+        return (
+            resume_at
+            + remaining_tokens * stats.seconds_per_token
+            + remaining_turns * stats.tool_seconds
+        )
+
+    def remaining_tokens(self, trajectory: Trajectory, stats: RunningStats) -> float:
+        """The latest prediction less what was generated since; before any prediction, the
+        running mean trajectory length less what was generated (at least one more turn)."""
+        if trajectory.predicted_remaining is not None:
+            since = trajectory.generated_tokens - trajectory.predicted_at_generated
+            return max(0.0, trajectory.predicted_remaining - since)
+        return max(stats.total_tokens - trajectory.generated_tokens, stats.tokens_per_turn)
+
+
+class OracleRule(LengthPredictionRule):
+    """The paper's rule with true remaining lengths (the simulator knows them)."""
+
+    name = "oracle"
+
+    def __init__(self, true_remaining: Callable[[Trajectory], float]) -> None:
+        self._true_remaining = true_remaining
+
+    def remaining_tokens(self, trajectory: Trajectory, stats: RunningStats) -> float:
+        return max(0.0, float(self._true_remaining(trajectory)))
+
+
+RULES: dict[str, type[PriorityRule]] = {
+    rule.name: rule for rule in (FcfsRule, ActionLevelRule, LengthPredictionRule, OracleRule)
+}
+
+
+def make_rule(name: str, *, true_remaining: Callable[[Trajectory], float] | None = None) -> PriorityRule:
+    """The rule called `name`; `oracle` needs `true_remaining` (remaining tokens of a trajectory)."""
+    if name not in RULES:
+        raise ValueError(f"policy {name!r} is unknown (known: {', '.join(sorted(RULES))})")
+    if name == "oracle":
+        if true_remaining is None:
+            raise ValueError("policy 'oracle' needs true_remaining (the simulator provides it)")
+        return OracleRule(true_remaining)
+    return RULES[name]()
+
+
+def check_key(key: float, group_id: int) -> float:
+    if not math.isfinite(key):
+        raise ValueError(f"priority rule gave group {group_id} a non-finite key {key!r}")
+    return key

@@ -1,0 +1,60 @@
+"""Shared test helpers: prompts, configs, and a ledger that checks every Decisions."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from venusrl.coordinator import CoordinatorConfig, DataCoordinator, Decisions
+from venusrl.types import GroupStatus, Prompt, TrajectoryStatus
+
+
+def prompts(n: int) -> list[Prompt]:
+    return [Prompt(id=f"p{i}", messages=({"role": "user", "content": f"question {i}"},)) for i in range(n)]
+
+
+def config(**overrides) -> CoordinatorConfig:
+    base = {"group_size": 2, "batch_groups": 2, "async_factor": 1.5, "max_version_span": 2}
+    base.update(overrides)
+    return CoordinatorConfig(**base)
+
+
+class Ledger:
+    """Applies each Decisions to a model of the outside world and checks it on the way."""
+
+    def __init__(self, coordinator: DataCoordinator) -> None:
+        self.c = coordinator
+        self.live: dict[int, int] = {}  # trajectory id -> group id, as the workers see it
+        self.ready = Counter()  # prompt id -> times handed to the trainer
+        self.dropped = Counter()  # prompt id -> times dropped
+        self.discarded: set[int] = set()
+        self.policies: list[int] = []
+
+    def apply(self, out: Decisions) -> Decisions:
+        for t in out.start:
+            assert t.id not in self.live and t.id not in self.discarded
+            assert t.status is TrajectoryStatus.WAITING
+            self.live[t.id] = t.group_id
+        for tid in out.discarded:
+            assert tid not in self.discarded, f"trajectory {tid} discarded twice"
+            self.discarded.add(tid)
+            self.live.pop(tid, None)
+        for group in out.ready:
+            assert group.status is GroupStatus.READY
+            assert len(group.trajectories) == self.c.config.group_size
+            assert all(t.status is TrajectoryStatus.DONE for t in group.trajectories)
+            assert all(t.id not in self.discarded for t in group.trajectories)
+            self.ready[group.prompt.id] += 1
+            assert self.ready[group.prompt.id] == 1, f"prompt {group.prompt.id} handed out twice"
+        for prompt in out.dropped:
+            self.dropped[prompt.id] += 1
+            assert self.dropped[prompt.id] == 1
+            assert self.ready[prompt.id] == 0
+        if out.policy is not None:
+            assert not self.policies or out.policy.version == self.policies[-1] + 1
+            self.policies.append(out.policy.version)
+        return out
+
+    def done(self, tid: int, now: float, reward: float = 1.0) -> Decisions:
+        out = self.apply(self.c.on_trajectory_done(tid, now, reward))
+        self.live.pop(tid, None)
+        return out
