@@ -20,3 +20,11 @@ def tiny_tokenizer(tiny_model_dir):
     from venusrl.model.chat import load_tokenizer
 
     return load_tokenizer(tiny_model_dir)
+
+
+@pytest.fixture(scope="session")
+def tool_calling_model_dir(tmp_path_factory):
+    """A tiny model that really emits a tool call (see tests/engine/tool_model.py)."""
+    from tests.engine.tool_model import teach_tool_call
+
+    return teach_tool_call(tmp_path_factory.mktemp("tool-model"))

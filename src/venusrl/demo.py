@@ -7,15 +7,14 @@ feed results (or parse errors) back, with incremental tokenization and the train
 
 from __future__ import annotations
 
-import ast
 import json
 import logging
-import operator
 from pathlib import Path
 
 import torch
 from rich.console import Console
 
+from venusrl.env.calculator import CALCULATE_TOOL, calculate
 from venusrl.model.chat import load_tokenizer
 from venusrl.model.checkpoint import load_model
 from venusrl.model.conversation import Conversation
@@ -24,40 +23,6 @@ from venusrl.model.tiny import make_tiny_model
 from venusrl.types import SamplingParams
 
 log = logging.getLogger(__name__)
-
-CALCULATOR = {
-    "type": "function",
-    "function": {
-        "name": "calculate",
-        "description": "Evaluate an arithmetic expression with + - * / and parentheses.",
-        "parameters": {
-            "type": "object",
-            "properties": {"expression": {"type": "string"}},
-            "required": ["expression"],
-        },
-    },
-}
-_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-              ast.USub: operator.neg}
-
-
-def calculate(expression: str) -> str:
-    """A safe arithmetic evaluator: numbers and + - * / only; errors are returned as text."""
-
-    def evaluate(node: ast.AST) -> float:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-            return node.value
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
-            return _OPERATORS[type(node.op)](evaluate(node.left), evaluate(node.right))
-        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
-            return _OPERATORS[type(node.op)](evaluate(node.operand))
-        raise ValueError(f"unsupported expression element {type(node).__name__}")
-
-    try:
-        return str(evaluate(ast.parse(expression, mode="eval").body))
-    except (SyntaxError, ValueError, ZeroDivisionError) as err:
-        return f"error: {err}"
-
 
 def run_demo(workdir: Path, turns: int = 3, max_new_tokens: int = 48, seed: int = 0) -> dict:
     console = Console()
@@ -75,7 +40,7 @@ def run_demo(workdir: Path, turns: int = 3, max_new_tokens: int = 48, seed: int 
         tokenizer,
         [{"role": "system", "content": "You solve arithmetic with the calculator."},
          {"role": "user", "content": "What is (17 + 25) * 3?"}],
-        tools=[CALCULATOR],
+        tools=[CALCULATE_TOOL],
     )
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0.8, seed=seed)
     summary = {"turns": [], "parity_max_abs_diff": max_diff}

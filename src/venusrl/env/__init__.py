@@ -1,0 +1,1 @@
+"""Tool environments: what a trajectory talks to between generation turns."""

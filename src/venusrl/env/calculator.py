@@ -1,0 +1,98 @@
+"""`calculator`: multi-step arithmetic with a `calculate` tool. The number of operations,
+and so of useful tool calls (1 to 8), varies with the problem, so trajectory lengths vary
+within a group (sampling) and across groups (difficulty). No sandbox."""
+
+from __future__ import annotations
+
+import ast
+import json
+import operator
+import random
+import re
+from typing import Any
+
+from venusrl.env.base import Environment, Episode, StepResult
+
+CALCULATE_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "calculate",
+        "description": "Evaluate an arithmetic expression with + - * / and parentheses.",
+        "parameters": {
+            "type": "object",
+            "properties": {"expression": {"type": "string"}},
+            "required": ["expression"],
+        },
+    },
+}
+SYSTEM_PROMPT = (
+    "Solve the problem step by step. Use the calculate tool for every operation. "
+    "When done, reply with 'Answer: <number>'."
+)
+_OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+              ast.Div: operator.truediv, ast.USub: operator.neg}
+_ANSWER = re.compile(r"Answer:\s*(-?\d+(?:\.\d+)?)")
+
+
+def calculate(expression: str) -> str:
+    """Numbers and + - * / only; errors come back as text for the model to read."""
+
+    def evaluate(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](evaluate(node.left), evaluate(node.right))
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _OPERATORS:
+            return _OPERATORS[type(node.op)](evaluate(node.operand))
+        raise ValueError(f"unsupported expression element {type(node).__name__}")
+
+    if len(expression) > 200:
+        return "error: expression longer than 200 characters"
+    try:
+        value = evaluate(ast.parse(expression, mode="eval").body)
+    except (SyntaxError, ValueError, ZeroDivisionError, OverflowError) as err:
+        return f"error: {err}"
+    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
+
+
+def make_problem(rng: random.Random, steps: int) -> dict[str, Any]:
+    """A chain of `steps` operations on small integers; integer answer by construction."""
+    value = rng.randint(1, 20)
+    text = str(value)
+    for _ in range(steps):
+        op = rng.choice("+-*")
+        operand = rng.randint(2, 9) if op == "*" else rng.randint(1, 50)
+        text = f"({text} {op} {operand})"
+        value = {"+": value + operand, "-": value - operand, "*": value * operand}[op]
+    return {"question": f"Compute {text}.", "answer": value, "steps": steps}
+
+
+def generate_dataset(count: int, seed: int = 0) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    return [{"id": f"calc-{seed}-{i}", **make_problem(rng, rng.randint(1, 8))} for i in range(count)]
+
+
+class CalculatorEnv(Environment):
+    required_fields = ("question", "answer")
+
+    def __init__(self) -> None:
+        self.tool_calls = 0
+
+    async def reset(self, row: dict[str, Any], sandbox: Any = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        self.check_row(row)
+        messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": row["question"]}]
+        return messages, [CALCULATE_TOOL]
+
+    async def step(self, tool_calls: list[dict[str, Any]]) -> StepResult:
+        observations = []
+        for call in tool_calls:
+            self.tool_calls += 1
+            arguments = json.loads(call["function"]["arguments"])
+            observations.append({"role": "tool", "tool_call_id": call["id"], "content": calculate(arguments["expression"])})
+        return StepResult(observations)
+
+    def reward(self, episode: Episode) -> float:
+        """1 for a final 'Answer: N' equal to the row's answer, else 0."""
+        final = next((m for m in reversed(episode.messages) if m["role"] == "assistant"), None)
+        match = _ANSWER.search((final or {}).get("content") or "")
+        return float(match is not None and abs(float(match.group(1)) - float(episode.row["answer"])) < 1e-6)

@@ -1,0 +1,39 @@
+"""Environments by name (built-ins) or by dotted path (`my_pkg.envs:MyEnv`), the way slime
+and verl users plug theirs in."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+
+from venusrl.env.base import Environment
+
+_BUILTIN = {
+    "calculator": "venusrl.env.calculator:CalculatorEnv",
+}
+
+
+def load_object(path: str) -> object:
+    """`package.module:attribute`; errors name what could not be found."""
+    module_name, sep, attribute = path.partition(":")
+    if not sep or not module_name or not attribute:
+        raise ValueError(f"{path!r}: expected 'package.module:Name'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"{path!r}: cannot import {module_name} ({err})") from None
+    try:
+        return getattr(module, attribute)
+    except AttributeError:
+        raise ValueError(f"{path!r}: {module_name} has no attribute {attribute!r}") from None
+
+
+def environment_factory(name: str) -> Callable[[], Environment]:
+    """A callable making one environment per trajectory."""
+    path = _BUILTIN.get(name, name)
+    if ":" not in path:
+        raise ValueError(f"unknown environment {name!r}: use one of {', '.join(_BUILTIN)} or 'package.module:Class'")
+    target = load_object(path)
+    if not (isinstance(target, type) and issubclass(target, Environment)):
+        raise ValueError(f"{name!r} is not a venusrl.env.base.Environment subclass")
+    return target

@@ -1,0 +1,1 @@
+"""Rollout: agent loops, the rollout worker's action-level scheduling, orchestration."""

@@ -1,0 +1,17 @@
+"""The `rollout` section of the config."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from venusrl.schema import Section
+
+
+class RolloutConfig(Section):
+    environment: str = Field("calculator", description="built-in name or 'package.module:Class'")
+    max_turns: int = Field(8, ge=1, description="assistant turns per trajectory")
+    max_total_tokens: int = Field(4096, ge=16, description="prompt + all turns; beyond it the trajectory is truncated")
+    max_new_tokens_per_turn: int = Field(512, ge=1)
+    tool_timeout_s: float = Field(30.0, gt=0, description="per tool step; a timeout becomes an observation")
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)

@@ -1,0 +1,61 @@
+import asyncio
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from venusrl.env.base import DatasetRowError, Episode
+from venusrl.env.calculator import CalculatorEnv, calculate, generate_dataset
+from venusrl.env.registry import environment_factory, load_object
+
+
+def test_dataset_steps_vary_from_one_to_eight_and_answers_are_right():
+    rows = generate_dataset(400, seed=1)
+    assert {r["steps"] for r in rows} == set(range(1, 9))
+    for row in rows[:50]:
+        expression = row["question"].removeprefix("Compute ").removesuffix(".")
+        assert calculate(expression) == str(row["answer"])
+
+
+@pytest.mark.parametrize(("expression", "expected"), [
+    ("(3 + 4) * 5", "35"), ("7 / 2", "3.5"), ("-2 - 3", "-5"),
+    ("1 / 0", "error: division by zero"), ("__import__('os')", "error: unsupported expression element Call"),
+    ("2 **", "error: invalid syntax"), ("True + 1", "error: unsupported expression element Constant"),
+])
+def test_calculate(expression, expected):
+    assert calculate(expression).startswith(expected)
+
+
+@given(st.text(max_size=250))
+def test_calculate_never_raises(text):
+    assert isinstance(calculate(text), str)
+
+
+def test_env_step_and_reward():
+    env = CalculatorEnv()
+    row = generate_dataset(1, seed=2)[0]
+    messages, tools = asyncio.run(env.reset(row))
+    assert tools[0]["function"]["name"] == "calculate" and messages[-1]["content"] == row["question"]
+    call = {"id": "c0", "type": "function", "function": {"name": "calculate", "arguments": json.dumps({"expression": "6 * 7"})}}
+    result = asyncio.run(env.step([call]))
+    assert result.observations == [{"role": "tool", "tool_call_id": "c0", "content": "42"}]
+    right = Episode(row, messages + [{"role": "assistant", "content": f"Answer: {row['answer']}"}], "done")
+    wrong = Episode(row, messages + [{"role": "assistant", "content": "Answer: 123456789"}], "done")
+    assert env.reward(right) == 1.0 and env.reward(wrong) == 0.0
+
+
+def test_row_missing_answer_is_named():
+    with pytest.raises(DatasetRowError, match="missing field\\(s\\) answer"):
+        asyncio.run(CalculatorEnv().reset({"question": "1+1"}))
+
+
+def test_registry_by_name_and_dotted_path():
+    assert environment_factory("calculator") is CalculatorEnv
+    assert environment_factory("venusrl.env.calculator:CalculatorEnv") is CalculatorEnv
+    with pytest.raises(ValueError, match="unknown environment 'nope'"):
+        environment_factory("nope")
+    with pytest.raises(ValueError, match="has no attribute 'Missing'"):
+        load_object("venusrl.env.calculator:Missing")
+    with pytest.raises(ValueError, match="not a venusrl.env.base.Environment subclass"):
+        environment_factory("venusrl.env.calculator:calculate")
