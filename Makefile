@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST := $(PY) -m pytest
 
-.PHONY: install demo test test-all lint clean
+.PHONY: install system-deps demo test test-all lint clean
 
 install: $(STAMP)
 
@@ -14,13 +14,24 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev]'
 	touch $(STAMP)
 
-demo: install
+# Debian packages the sandbox backend needs (GNU tar for layers with xattrs, bash for the
+# shell session, procps for the tests' isolation probes). apt runs only when one is missing.
+SYSTEM_BINARIES := tar bash ps
+SYSTEM_PACKAGES := tar bash procps
+
+system-deps:
+	@missing=""; for b in $(SYSTEM_BINARIES); do command -v $$b >/dev/null 2>&1 || missing=1; done; \
+	if [ -n "$$missing" ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES); \
+	fi
+
+demo: install system-deps
 	$(VENV)/bin/venusrl demo
 
-test: install
+test: install system-deps
 	$(PYTEST) -m "not slow"
 
-test-all: install
+test-all: install system-deps
 	$(PYTEST)
 
 lint: install

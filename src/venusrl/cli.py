@@ -14,10 +14,14 @@ from venusrl.coordinator.cli import predictor_app
 from venusrl.engine.cli import serve
 from venusrl.logs import setup_logging
 from venusrl.model.cli import model_app
+from venusrl.sandbox.cli import bench as sandbox_bench
+from venusrl.sandbox.cli import sandbox_app
 
 app = typer.Typer(help="venusrl: agentic RL training through multi-turn tool use.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
 app.add_typer(bench_app, name="bench")
+app.add_typer(sandbox_app, name="sandbox")
+bench_app.command("sandbox")(sandbox_bench)
 app.add_typer(predictor_app, name="predictor")
 app.command("serve")(serve)
 

@@ -17,6 +17,8 @@ from pydantic import BaseModel, Field, ValidationError
 
 from venusrl.coordinator.config import CoordinatorConfig, PredictorConfig
 from venusrl.engine.config import EngineConfig
+from venusrl.rollout.config import RolloutConfig
+from venusrl.sandbox.config import SandboxConfig
 from venusrl.schema import Section
 
 
@@ -44,6 +46,8 @@ class Config(Section):
     coordinator: CoordinatorConfig = CoordinatorConfig()
     predictor: PredictorConfig = PredictorConfig()
     run: RunConfig = RunConfig()
+    sandbox: SandboxConfig = SandboxConfig()
+    rollout: RolloutConfig = RolloutConfig()
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:

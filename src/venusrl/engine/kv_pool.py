@@ -29,8 +29,8 @@ class KVPool:
         return 2 * layers * heads * dim * self.k.element_size()
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        self.k[layer, slots] = k
-        self.v[layer, slots] = v
+        self.k[layer].index_copy_(0, slots, k)
+        self.v[layer].index_copy_(0, slots, v)
 
     def export(self, slots: list[int]) -> HostKV:
         """Copy the KV of `slots` (in token order) to host memory."""

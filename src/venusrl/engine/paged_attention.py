@@ -46,27 +46,37 @@ class PagedAttention:
         if decode_contexts:
             longest = max(len(c) for c in decode_contexts)
             padded = [c + [0] * (longest - len(c)) for c in decode_contexts]
-            self.decode_slots = torch.tensor(padded, dtype=torch.long, device=device)  # [D, L]
-            lengths = torch.tensor([len(c) for c in decode_contexts], device=device)
-            self.decode_mask = (torch.arange(longest, device=device)[None] < lengths[:, None])[:, None, None, :]
+            # flat for index_select (several times faster than 2-D advanced indexing on CPU)
+            self.decode_slots = torch.tensor(padded, dtype=torch.long, device=device).view(-1)
+            self.decode_shape = (len(padded), longest)
+            self.decode_mask = None  # contexts of one length need no padding mask
+            if any(len(c) != longest for c in decode_contexts):
+                lengths = torch.tensor([len(c) for c in decode_contexts], device=device)
+                self.decode_mask = (torch.arange(longest, device=device)[None] < lengths[:, None])[:, None, None, :]
 
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         self.pool.write(layer_idx, self.new_slots, k[0], v[0])
-        out = torch.empty_like(q)
         pool_k, pool_v = self.pool.k[layer_idx], self.pool.v[layer_idx]
+        if not self.prefills:  # a pure decode step: the rows are the whole batch, in order
+            return self._decode(q[0][:, None], pool_k, pool_v).transpose(0, 1)
+        out = torch.empty_like(q)
         for start, new, slots in self.prefills:
             context = len(slots)
             mask = None
             if context > new:  # a cached prefix: query i sees keys up to context - new + i
                 mask = torch.ones(new, context, dtype=torch.bool, device=q.device).tril(diagonal=context - new)
-            out[:, start : start + new] = sdpa(
-                q[:, start : start + new], pool_k[slots][None], pool_v[slots][None], mask=mask, causal=mask is None
-            )
+            keys, values = pool_k.index_select(0, slots)[None], pool_v.index_select(0, slots)[None]
+            out[:, start : start + new] = sdpa(q[:, start : start + new], keys, values, mask=mask, causal=mask is None)
         if len(self.decode_rows):
-            queries = q[0, self.decode_rows][:, None]  # [D, 1, Hq, Dh]
-            keys, values = pool_k[self.decode_slots], pool_v[self.decode_slots]  # [D, L, Hkv, Dh]
-            out[0, self.decode_rows] = sdpa(queries, keys, values, mask=self.decode_mask, causal=False)[:, 0]
+            out[0, self.decode_rows] = self._decode(q[0, self.decode_rows][:, None], pool_k, pool_v)[:, 0]
         return out
+
+    def _decode(self, queries: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor) -> torch.Tensor:
+        """queries [D, 1, Hq, Dh], one per decode row, against their padded contexts."""
+        shape = (*self.decode_shape, *pool_k.shape[1:])  # [D, L, Hkv, Dh]
+        keys = pool_k.index_select(0, self.decode_slots).view(shape)
+        values = pool_v.index_select(0, self.decode_slots).view(shape)
+        return sdpa(queries, keys, values, mask=self.decode_mask, causal=False)
 
 
 # Attention backends by name (`engine.attention_backend`). A GPU backend (flash-attn,

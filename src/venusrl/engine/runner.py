@@ -23,6 +23,7 @@ class SampledToken:
 class ModelRunner:
     def __init__(self, model: CausalLM, kv_capacity_tokens: int, seed: int = 0, attention_backend: str = "sdpa"):
         weight = model.model.embed_tokens.weight
+        model.fuse_projections()
         self.model = model
         self.device = weight.device
         self.pool = KVPool(model.args, kv_capacity_tokens, weight.dtype, weight.device)

@@ -65,6 +65,13 @@ class CausalLM(nn.Module):
             positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
         return self.model(input_ids, positions, context or _PLAIN_CAUSAL)
 
+    def fuse_projections(self) -> None:
+        """Run q/k/v and gate/up as one matmul each (inference engines call this once the
+        weights are on their device; see `layers.fuse_linears`)."""
+        for layer in self.model.layers:
+            layer.self_attn.fuse()
+            layer.mlp.fuse()
+
     def reset_rope(self) -> None:
         """Recompute the RoPE buffer (it is not stored in checkpoints)."""
         device = self.model.embed_tokens.weight.device

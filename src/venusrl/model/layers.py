@@ -18,10 +18,28 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.to(torch.float32)
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        # normalised in float32 whatever the model dtype, then scaled, as Hugging Face does
+        normed = F.rms_norm(x.to(torch.float32), (x.shape[-1],), eps=self.eps)
+        return self.weight * normed.to(x.dtype)
+
+
+def fuse_linears(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """One weight (and bias) for several linears over the same input, so inference runs one
+    matmul instead of several. Each linear's parameters become views into the fused tensors:
+    names, state dicts and in-place updates (weight sync, optimizer steps) are unchanged and
+    nothing is stored twice. Rebinding a parameter to a new tensor would break the views."""
+    weight = torch.cat([linear.weight.detach() for linear in linears])
+    bias = None
+    if linears[0].bias is not None:
+        bias = torch.cat([linear.bias.detach() for linear in linears])
+    start = 0
+    for linear in linears:
+        rows = linear.weight.shape[0]
+        linear.weight.data = weight[start : start + rows]
+        if bias is not None:
+            linear.bias.data = bias[start : start + rows]
+        start += rows
+    return weight, bias
 
 
 class Attention(nn.Module):
@@ -41,12 +59,21 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(self.head_dim, args.rms_norm_eps)
         else:
             self.q_norm = self.k_norm = None
+        self.fused_qkv: tuple[torch.Tensor, torch.Tensor | None] | None = None
+
+    def fuse(self) -> None:
+        self.fused_qkv = fuse_linears([self.q_proj, self.k_proj, self.v_proj])
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, context: AttentionContext) -> torch.Tensor:
         batch, seq, _ = x.shape
-        q = self.q_proj(x).view(batch, seq, self.num_heads, self.head_dim)
-        k = self.k_proj(x).view(batch, seq, self.num_kv_heads, self.head_dim)
-        v = self.v_proj(x).view(batch, seq, self.num_kv_heads, self.head_dim)
+        if self.fused_qkv is None:
+            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        else:
+            q_dim, kv_dim = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+            q, k, v = F.linear(x, *self.fused_qkv).split([q_dim, kv_dim, kv_dim], dim=-1)
+        q = q.view(batch, seq, self.num_heads, self.head_dim)
+        k = k.view(batch, seq, self.num_kv_heads, self.head_dim)
+        v = v.view(batch, seq, self.num_kv_heads, self.head_dim)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
@@ -63,9 +90,17 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=bias)
         self.up_proj = nn.Linear(args.hidden_size, args.intermediate_size, bias=bias)
         self.down_proj = nn.Linear(args.intermediate_size, args.hidden_size, bias=bias)
+        self.fused_gate_up: tuple[torch.Tensor, torch.Tensor | None] | None = None
+
+    def fuse(self) -> None:
+        self.fused_gate_up = fuse_linears([self.gate_proj, self.up_proj])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if self.fused_gate_up is None:
+            gate, up = self.gate_proj(x), self.up_proj(x)
+        else:
+            gate, up = F.linear(x, *self.fused_gate_up).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
 
 
 class DecoderLayer(nn.Module):

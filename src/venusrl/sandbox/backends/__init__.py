@@ -1,0 +1,1 @@
+"""Sandbox backends: how a node agent runs sandboxes. `process` is the default."""

@@ -1,0 +1,255 @@
+"""The `process` backend: sandboxes are forks of a template zygote in their own namespaces
+and cgroups (see sandbox_init.py). This module is the node-side half: it prepares a
+sandbox's cgroup and layer, asks the pool to fork it, and talks to its init over the
+sandbox's channel."""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import select
+import socket
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from venusrl.sandbox import protocol
+from venusrl.sandbox.backends.pool import TemplatePool
+from venusrl.sandbox.cgroups import Cgroup
+from venusrl.sandbox.errors import InvalidRequest, SandboxError, SandboxUnavailable, TemplateError
+from venusrl.sandbox.layer import Layer
+from venusrl.sandbox.memory import process_memory
+from venusrl.sandbox.spec import SandboxSpec
+from venusrl.sandbox.template import Template
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 120.0
+CALL_GRACE_S = 10.0  # beyond a command's own timeout before its sandbox counts as hung
+
+
+def system_read_only_binds() -> tuple[str, ...]:
+    """Host paths a sandbox sees read-only: the OS and the Python that runs venusrl."""
+    paths = ["/usr", "/etc", sys.base_prefix, sys.prefix]
+    return tuple(dict.fromkeys(os.path.realpath(p) for p in paths))
+
+
+@dataclass
+class SandboxProcess:
+    sandbox_id: str
+    template: Template
+    group_id: str | None
+    memory_limit: int
+    cgroup: Cgroup
+    layer: Layer
+    root: Path
+    session: dict[str, Any]
+    channel: socket.socket | None = None
+    stream: Any = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    paused: bool = False
+    in_flight: dict[str, Any] | None = None  # the run request being served, saved for migration
+
+    def call(self, request: dict[str, Any], timeout: float, frozen: Callable[[SandboxProcess], bool] = lambda s: False) -> Any:
+        """One request to the sandbox init. A dead init, or one silent for `timeout` plus
+        a grace period while not frozen, raises SandboxUnavailable: callers never hang."""
+        with self.lock:
+            if self.stream is None or self.channel is None:
+                raise SandboxUnavailable(f"sandbox {self.sandbox_id} is not running")
+            try:
+                protocol.send(self.stream, request)
+                budget = timeout + CALL_GRACE_S
+                while budget > 0:
+                    ready, _, _ = select.select([self.channel], [], [], min(1.0, budget))
+                    if ready:
+                        break
+                    if not frozen(self):  # time spent frozen (paused, OOM) does not count
+                        budget -= 1.0
+                else:
+                    raise TimeoutError(f"no reply within {timeout + CALL_GRACE_S:.0f}s")
+                reply = protocol.receive(self.stream)
+            except (OSError, TimeoutError, ValueError) as err:
+                self.disconnect()
+                raise SandboxUnavailable(f"sandbox {self.sandbox_id}: init unreachable ({err})") from None
+            if reply is None:
+                self.disconnect()
+                raise SandboxUnavailable(f"sandbox {self.sandbox_id}: init exited")
+            return protocol.unwrap(reply, f"sandbox {self.sandbox_id}")
+
+    def disconnect(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+        self.channel = self.stream = None
+
+    def metrics(self) -> dict[str, Any]:
+        pids = self.cgroup.pids()
+        return {
+            "cgroup_bytes": self.cgroup.memory_usage(),
+            "working_set_bytes": self.cgroup.working_set(),
+            **{f"{k}_bytes": v for k, v in process_memory(pids).items()},
+            "processes": len(pids),
+            "memory_limit": self.memory_limit,
+            "oom_kills": self.cgroup.oom_kills(),
+            "pids_refused": self.cgroup.pids_events_max(),
+            "paused": self.paused,
+        }
+
+
+class ProcessBackend:
+    """All sandboxes of one node. Thread-safe: the node agent serves many connections."""
+
+    def __init__(self, node_cgroup: Cgroup, workdir: Path, share_pages: bool, pids_limit: int) -> None:
+        self.node_cgroup = node_cgroup
+        self.workdir = workdir
+        self.share_pages = share_pages
+        self.pids_limit = pids_limit
+        self.sandboxes: dict[str, SandboxProcess] = {}  # mutated only under _sandboxes_lock
+        self._sandboxes_lock = threading.Lock()
+        self._pools: dict[str, TemplatePool] = {}
+        self._pool_lock = threading.Lock()
+        self._binds = system_read_only_binds()
+
+    def pool(self, template: Template) -> TemplatePool:
+        with self._pool_lock:
+            pool = self._pools.get(template.name)
+            if pool is not None and pool.template != template:
+                raise InvalidRequest(f"template: {template.name!r} is already defined differently on this node")
+            if pool is None or not pool.alive():
+                template.materialize(self.workdir / "templates" / template.name)
+                pool = TemplatePool(template, self.node_cgroup.child(f"pool-{template.name}"), self.share_pages)
+                self._pools[template.name] = pool
+            return pool
+
+    def create(self, sandbox_id: str, template: Template, group_id: str | None, memory_limit: int,
+               session: dict[str, Any] | None = None, layer_archive: bytes | None = None) -> SandboxProcess:
+        if sandbox_id in self.sandboxes:
+            raise InvalidRequest(f"sandbox_id: {sandbox_id!r} already exists on this node")
+        pool = self.pool(template)
+        base = self.workdir / "sandboxes" / sandbox_id
+        layer = Layer(base / "layer")
+        layer.create()
+        if layer_archive is not None:
+            layer.unpack(layer_archive)
+        root = base / "root"
+        root.mkdir(parents=True, exist_ok=True)
+        cgroup = self.node_cgroup.child(f"sb-{sandbox_id}").create()
+        cgroup.set_memory_limit(memory_limit)
+        cgroup.release_oom()  # past its own size a sandbox loses its largest command
+        cgroup.set_pids_limit(self.pids_limit)
+        sandbox = SandboxProcess(sandbox_id, template, group_id, memory_limit, cgroup, layer, root, session or {})
+        with self._sandboxes_lock:
+            self.sandboxes[sandbox_id] = sandbox
+        try:
+            self.start(sandbox, pool)
+        except BaseException:
+            self.destroy(sandbox_id)
+            raise
+        return sandbox
+
+    def start(self, sandbox: SandboxProcess, pool: TemplatePool | None = None) -> None:
+        """Fork the sandbox's init from its pool and wait until it serves; also used to
+        restart a crashed sandbox over the same layer and last saved session."""
+        pool = pool or self.pool(sandbox.template)
+        sandbox.layer.reset_work()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        spec = SandboxSpec(
+            sandbox_id=sandbox.sandbox_id,
+            cgroup_procs=tuple(str(d / "cgroup.procs") for d in sandbox.cgroup.layout.dirs(sandbox.cgroup.rel)),
+            root=str(sandbox.root),
+            lower=str(self.workdir / "templates" / sandbox.template.name),
+            upper=str(sandbox.layer.upper),
+            work=str(sandbox.layer.work),
+            tmp=str(sandbox.layer.tmp),
+            read_only_binds=self._binds,
+            run_setup=not pool.share_pages,
+            session_cwd=sandbox.session.get("cwd", "/workspace"),
+            session_env=sandbox.session.get("env", {}),
+        )
+        try:
+            pool.fork(spec, theirs)
+        finally:
+            theirs.close()
+        ours.settimeout(READY_TIMEOUT_S)
+        stream = ours.makefile("rwb")
+        try:
+            ready = protocol.receive(stream)
+            ours.settimeout(None)  # from here on, call() bounds every wait with select
+        except (OSError, TimeoutError) as err:
+            ours.close()
+            raise TemplateError(f"sandbox {sandbox.sandbox_id}: init did not report ready ({err})") from None
+        if not ready or not ready.get("ready"):
+            ours.close()
+            raise TemplateError(f"sandbox {sandbox.sandbox_id}: init failed: {(ready or {}).get('error', 'exited')}")
+        sandbox.channel, sandbox.stream = ours, stream
+        sandbox.session = ready["session"]
+
+    def run(self, sandbox: SandboxProcess, request: dict[str, Any],
+            frozen: Callable[[SandboxProcess], bool] = lambda s: False) -> dict[str, Any]:
+        sandbox.in_flight = request
+        try:
+            result = sandbox.call(request, float(request["timeout"]), frozen)
+        finally:
+            sandbox.in_flight = None
+        sandbox.session = {"cwd": result["cwd"], "env": result["env"]}
+        return result
+
+    def files(self, sandbox: SandboxProcess, request: dict[str, Any],
+              frozen: Callable[[SandboxProcess], bool] = lambda s: False) -> Any:
+        return sandbox.call(request, 60.0, frozen)
+
+    def pause(self, sandbox: SandboxProcess) -> None:
+        sandbox.cgroup.freeze()
+        sandbox.paused = True
+
+    def resume(self, sandbox: SandboxProcess) -> None:
+        sandbox.cgroup.thaw()
+        sandbox.paused = False
+
+    def export(self, sandbox: SandboxProcess) -> dict[str, Any]:
+        """Everything needed to recreate the sandbox elsewhere; the sandbox may be frozen."""
+        return {
+            "sandbox_id": sandbox.sandbox_id,
+            "template": sandbox.template.model_dump(mode="json"),
+            "group_id": sandbox.group_id,
+            "memory_limit": sandbox.memory_limit,
+            "session": sandbox.session,
+            "in_flight": sandbox.in_flight,
+            "layer": base64.b64encode(sandbox.layer.pack()).decode(),
+        }
+
+    def all(self) -> list[SandboxProcess]:
+        """A snapshot, safe to iterate while other threads create and destroy."""
+        with self._sandboxes_lock:
+            return list(self.sandboxes.values())
+
+    def destroy(self, sandbox_id: str) -> None:
+        with self._sandboxes_lock:
+            sandbox = self.sandboxes.pop(sandbox_id, None)
+        if sandbox is None:
+            return
+        # Killing the init first wakes any call waiting on its channel with EOF; only then
+        # can the channel be closed under the call's lock.
+        sandbox.cgroup.remove()
+        with sandbox.lock:
+            sandbox.disconnect()
+        sandbox.layer.remove()
+        try:
+            sandbox.root.rmdir()
+            sandbox.root.parent.rmdir()
+        except OSError as err:
+            log.warning("sandbox %s: leftover directory %s (%s)", sandbox_id, sandbox.root, err)
+
+    def shutdown(self) -> None:
+        for sandbox_id in list(self.sandboxes):
+            try:
+                self.destroy(sandbox_id)
+            except SandboxError as err:
+                log.warning("sandbox %s: cleanup failed: %s", sandbox_id, err)
+        with self._pool_lock:
+            for pool in self._pools.values():
+                pool.close()
+            self._pools.clear()

@@ -1,0 +1,141 @@
+"""`venusrl sandbox ...`: exec one command in a fresh sandbox, serve node agents, bench."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import yaml
+
+from venusrl.config import ConfigError, load_config
+from venusrl.logs import setup_logging
+
+sandbox_app = typer.Typer(help="Sandboxes: run commands, serve node agents, benchmark density.", no_args_is_help=True)
+
+TIMED_OUT_EXIT = 124  # what coreutils `timeout` returns
+
+
+def _config(path: Path | None, overrides: list[str] | None):
+    try:
+        return load_config(path, overrides or []).sandbox
+    except ConfigError as err:
+        typer.echo(str(err), err=True)
+        raise typer.Exit(2) from None
+
+
+def _template(spec: str):
+    """A template name (`base`) or a YAML/JSON file describing one."""
+    from pydantic import ValidationError
+
+    from venusrl.sandbox.template import DEFAULT_TEMPLATE, Template
+
+    if spec == DEFAULT_TEMPLATE.name:
+        return DEFAULT_TEMPLATE
+    path = Path(spec)
+    if not path.is_file():
+        typer.echo(f"--template: {spec!r} is neither 'base' nor a template file", err=True)
+        raise typer.Exit(2)
+    try:
+        return Template.model_validate(yaml.safe_load(path.read_text()))
+    except (ValidationError, yaml.YAMLError) as err:
+        typer.echo(f"--template {spec}: {err}", err=True)
+        raise typer.Exit(2) from None
+
+
+@sandbox_app.command("exec", context_settings={"allow_interspersed_args": False})
+def exec_command(
+    command: Annotated[list[str], typer.Argument(help="the command and its arguments (after --)")],
+    template: Annotated[str, typer.Option(help="'base' or a template YAML file")] = "base",
+    timeout: Annotated[float, typer.Option(help="seconds before the command's process tree is killed")] = 60.0,
+    config: Annotated[Path | None, typer.Option(help="venusrl config YAML (its sandbox section)")] = None,
+) -> None:
+    """Run one command in a fresh sandbox, print its output, exit with its exit code."""
+    from venusrl.sandbox.api import Sandbox
+    from venusrl.sandbox.cluster import LocalCluster
+    from venusrl.sandbox.errors import SandboxError
+
+    if timeout <= 0:
+        typer.echo("--timeout: must be > 0", err=True)
+        raise typer.Exit(2)
+    settings = _config(config, ["sandbox.nodes=1"])
+    setup_logging(os.environ.get("VENUSRL_LOG_LEVEL", "WARNING"))
+    spec = _template(template)
+    os.environ.setdefault("VENUSRL_LOG_LEVEL", "WARNING")  # node agents: quiet unless asked
+    try:
+        cluster = LocalCluster(settings)
+    except SandboxError as err:
+        typer.echo(f"cannot start a node agent: {err}", err=True)
+        raise typer.Exit(1) from None
+    try:
+        sandbox = Sandbox.create(cluster.controller, spec)
+        result = sandbox.run(shlex.join(command), timeout=timeout)
+    except SandboxError as err:
+        typer.echo(f"sandbox error: {err}", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        cluster.close()
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    if result.timed_out:
+        typer.echo(f"timed out after {timeout}s; the command's process tree was killed", err=True)
+        raise typer.Exit(TIMED_OUT_EXIT)
+    raise typer.Exit(result.exit_code if result.exit_code >= 0 else 128 - result.exit_code)
+
+
+@sandbox_app.command("serve")
+def serve(
+    path: Annotated[Path | None, typer.Argument(help="venusrl config YAML; defaults when omitted")] = None,
+    overrides: Annotated[list[str] | None, typer.Argument(help="dotted key=value overrides, e.g. sandbox.nodes=2")] = None,
+    info: Annotated[Path, typer.Option(help="where to write the node addresses and token (mode 0600)")] = Path("sandbox-nodes.json"),
+) -> None:
+    """Start the configured node agents and keep them up until interrupted."""
+    from venusrl.sandbox.cluster import LocalCluster
+
+    settings = _config(path, overrides)
+    setup_logging("INFO")
+    cluster = LocalCluster(settings)
+    try:
+        fd = os.open(info, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"token": cluster.token,
+                       "nodes": {n: p.address for n, p in cluster.nodes.items()}}, f, indent=2)
+        typer.echo(f"{len(cluster.nodes)} node agents up; addresses and token in {info}")
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        with contextlib.suppress(KeyboardInterrupt):
+            stop.wait()
+    finally:
+        cluster.close()
+        info.unlink(missing_ok=True)
+
+
+@sandbox_app.command("bench")
+def bench(
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+    quick: Annotated[bool, typer.Option(help="shorter settle times and a smaller burst node")] = False,
+    node_memory: Annotated[str, typer.Option(help="node budget of the density runs")] = "2GiB",
+    declared: Annotated[str, typer.Option(help="declared size of a sandbox")] = "512MiB",
+) -> None:
+    """Density (declared / actual / shared), lifecycle latency and OOM migration figures."""
+    from pydantic import ByteSize, TypeAdapter, ValidationError
+
+    from venusrl.bench.sandbox import run_bench
+
+    try:
+        budget = int(TypeAdapter(ByteSize).validate_python(node_memory))
+        size = int(TypeAdapter(ByteSize).validate_python(declared))
+    except ValidationError as err:
+        typer.echo(f"--node-memory/--declared: {err.errors()[0]['msg']}", err=True)
+        raise typer.Exit(2) from None
+    setup_logging("INFO")
+    os.environ.setdefault("VENUSRL_LOG_LEVEL", "WARNING")
+    results = run_bench(quick, budget, size, json_out)
+    typer.echo(json.dumps({k: v for k, v in results.items() if k != "config"}, indent=2))

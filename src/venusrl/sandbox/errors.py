@@ -1,0 +1,79 @@
+"""Errors of the sandbox service. `retryable` tells a caller whether trying again can work
+(a node died, capacity is short, the sandbox moved) or cannot (bad input, unknown id)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SandboxError(Exception):
+    retryable = False
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"type": type(self).__name__, "message": str(self)}
+
+
+class InvalidRequest(SandboxError):
+    """Bad input; the message names the field."""
+
+
+class SandboxNotFound(SandboxError):
+    """No live sandbox has this id."""
+
+
+class ProtocolError(SandboxError):
+    """A peer sent something that is not a valid message."""
+
+    retryable = True
+
+
+class AuthenticationError(SandboxError):
+    """The connection did not present the node agent's token."""
+
+
+class SandboxUnavailable(SandboxError):
+    """The sandbox's node or process went away; it is being (or was) recovered elsewhere."""
+
+    retryable = True
+
+
+class CapacityError(SandboxError):
+    """No node admits the sandbox now (Algorithm 1 refused everywhere)."""
+
+    retryable = True
+
+
+class AdmissionRefused(CapacityError):
+    """This node refuses the sandbox; the controller redirects it."""
+
+
+class SandboxMigrated(SandboxError):
+    """The sandbox moved to another node while this call was in flight."""
+
+    retryable = True
+
+
+class TemplateError(SandboxError):
+    """A template's setup failed; the message says which step."""
+
+
+_TYPES = {
+    cls.__name__: cls
+    for cls in (
+        SandboxError,
+        InvalidRequest,
+        SandboxNotFound,
+        ProtocolError,
+        AuthenticationError,
+        SandboxUnavailable,
+        CapacityError,
+        AdmissionRefused,
+        SandboxMigrated,
+        TemplateError,
+    )
+}
+
+
+def error_from_wire(data: dict[str, Any]) -> SandboxError:
+    cls = _TYPES.get(str(data.get("type")), SandboxError)
+    return cls(str(data.get("message", "unknown error")))

@@ -1,0 +1,217 @@
+"""What a fork of a zygote does to become a sandbox, and the sandbox's request loop.
+
+`become_sandbox` runs in the fork (here called the keeper): it joins the sandbox's
+cgroups, unshares mount/network/IPC/UTS/PID namespaces and forks the sandbox init, then
+waits for it so the init's exit is observable. The init is PID 1 of its namespace: it
+builds a private root (read-only system binds, a fresh /proc and /dev, the template layer
+under an overlay at /workspace, its own /tmp), pivots into it, drops to an unprivileged
+uid with no capabilities, reseeds random state, and serves requests on its channel.
+Both set PDEATHSIG, so a zygote's death takes its sandboxes with it.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import random
+import resource
+import signal
+import socket
+import stat
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from venusrl.sandbox import linux, protocol
+from venusrl.sandbox.session import ShellSession
+from venusrl.sandbox.spec import SandboxSpec
+from venusrl.sandbox.template import Template, run_python_setup
+
+NAMESPACES = linux.CLONE_NEWNS | linux.CLONE_NEWNET | linux.CLONE_NEWIPC | linux.CLONE_NEWUTS | linux.CLONE_NEWPID
+DEVICES = ("null", "zero", "full", "random", "urandom")
+BASE_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+
+
+def become_sandbox(spec: SandboxSpec, channel: socket.socket, template: Template, namespace: dict) -> None:
+    """Never returns: the keeper exits when the sandbox init does."""
+    code = 1
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+        for procs in spec.cgroup_procs:
+            Path(procs).write_text(str(os.getpid()))
+        linux.unshare(NAMESPACES)
+        pid = os.fork()
+        if pid == 0:
+            _run_init(spec, channel, template, namespace)
+        channel.close()
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+    except BaseException:
+        _report_failure(channel)
+    finally:
+        os._exit(code if code >= 0 else 1)
+
+
+def _report_failure(channel: socket.socket) -> None:
+    try:
+        with channel.makefile("wb") as out:
+            protocol.send(out, {"ready": False, "error": traceback.format_exc(limit=3)})
+    except OSError:
+        pass
+
+
+def _run_init(spec: SandboxSpec, channel: socket.socket, template: Template, namespace: dict) -> None:
+    try:
+        linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+        os.closerange(3, channel.fileno())
+        os.closerange(channel.fileno() + 1, 65536)
+        devnull = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)  # the zygote's stdio is the node agent's log
+        os.close(devnull)
+        linux.sethostname(spec.sandbox_id[:63])
+        _build_root(spec)
+        _restrict(spec)
+        _reseed()
+        session = ShellSession(spec.session_cwd, spec.session_env or _base_env())
+        if spec.run_setup:
+            run_python_setup(template, namespace)
+        if template.python_start:
+            exec(compile(template.python_start, f"<template {template.name} start>", "exec"), namespace)
+    except BaseException:
+        _report_failure(channel)
+        os._exit(1)
+    _serve(channel, session)
+    os._exit(0)
+
+
+def _build_root(spec: SandboxSpec) -> None:
+    linux.mount("none", "/", None, linux.MS_REC | linux.MS_PRIVATE)
+    root = spec.root
+    linux.mount("tmpfs", root, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=4m,mode=755")
+    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = Path("/") / top
+        if host.is_symlink():
+            os.symlink(os.readlink(host), f"{root}/{top}")
+        elif host.is_dir():
+            _bind(str(host), root, read_only=True)
+    for path in spec.read_only_binds:
+        if os.path.exists(path):
+            _bind(path, root, read_only=True)
+    os.makedirs(f"{root}/proc")
+    linux.mount("proc", f"{root}/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
+    _build_dev(root)
+    os.makedirs(f"{root}/workspace")
+    linux.mount("overlay", f"{root}/workspace", "overlay", linux.MS_NOSUID | linux.MS_NODEV,
+                f"lowerdir={spec.lower},upperdir={spec.upper},workdir={spec.work}")
+    os.makedirs(f"{root}/tmp")
+    linux.mount(spec.tmp, f"{root}/tmp", None, linux.MS_BIND)
+    linux.mount("none", f"{root}/tmp", None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_NOSUID | linux.MS_NODEV)
+    os.makedirs(f"{root}/.oldroot")
+    linux.pivot_root(root, f"{root}/.oldroot")
+    os.chdir("/")
+    linux.umount("/.oldroot", linux.MNT_DETACH)
+    os.rmdir("/.oldroot")
+    # Nothing outside /workspace and /tmp is writable, root included.
+    linux.mount("none", "/", None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV)
+
+
+def _bind(host: str, root: str, read_only: bool) -> None:
+    target = f"{root}{host}"
+    if os.path.isdir(host):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        Path(target).touch()
+    linux.mount(host, target, None, linux.MS_BIND | linux.MS_REC)
+    flags = linux.MS_REMOUNT | linux.MS_BIND | linux.MS_NOSUID | (linux.MS_RDONLY if read_only else 0)
+    linux.mount("none", target, None, flags)
+
+
+def _build_dev(root: str) -> None:
+    dev = f"{root}/dev"
+    os.makedirs(dev)
+    linux.mount("tmpfs", dev, "tmpfs", linux.MS_NOSUID | linux.MS_NOEXEC, "size=64k,mode=755")
+    for name in DEVICES:
+        host = f"/dev/{name}"
+        if os.path.exists(host) and stat.S_ISCHR(os.stat(host).st_mode):
+            Path(f"{dev}/{name}").touch()
+            linux.mount(host, f"{dev}/{name}", None, linux.MS_BIND)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
+                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{dev}/{name}")
+    os.makedirs(f"{dev}/shm", mode=0o1777)
+    os.chmod(f"{dev}/shm", 0o1777)
+
+
+def _restrict(spec: SandboxSpec) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (spec.open_files, spec.open_files))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    os.setgroups([])
+    os.setresgid(spec.uid, spec.uid, spec.uid)
+    os.setresuid(spec.uid, spec.uid, spec.uid)  # from uid 0 to non-zero: all capabilities drop
+    linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
+    os.chdir("/workspace")
+
+
+def _reseed() -> None:
+    """A fork copies the zygote's PRNG states; every sandbox must draw its own numbers."""
+    random.seed(os.urandom(32))
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed(int.from_bytes(os.urandom(4), "little"))
+
+
+def _base_env() -> dict[str, str]:
+    return {"PATH": BASE_PATH, "HOME": "/workspace", "LANG": "C.UTF-8", "TERM": "dumb", "USER": "sandbox"}
+
+
+def _serve(channel: socket.socket, session: ShellSession) -> None:
+    stream = channel.makefile("rwb")
+    protocol.send(stream, {"ready": True, "session": session.state()})
+    while True:
+        try:
+            request = protocol.receive(stream)
+        except protocol.ProtocolError as err:
+            protocol.send(stream, protocol.reply_error(err))
+            continue
+        if request is None:
+            return
+        try:
+            result = _handle(request, session)
+            protocol.send(stream, protocol.reply_ok(result))
+        except OSError as err:
+            protocol.send(stream, {"ok": False, "error": {"type": "InvalidRequest", "message": f"{err.filename or ''}: {err.strerror}"}})
+        except Exception as err:  # noqa: BLE001 - any failure of one request is reported, the loop goes on
+            protocol.send(stream, {"ok": False, "error": {"type": "SandboxError", "message": f"{type(err).__name__}: {err}"}})
+
+
+def _handle(request: dict[str, Any], session: ShellSession) -> Any:
+    op = request.get("op")
+    if op == "run":
+        return session.run(request["cmd"], float(request["timeout"]), request.get("cwd"), request.get("env"))
+    if op == "read":
+        with open(_resolve(request["path"]), "rb") as f:
+            return {"data": base64.b64encode(f.read()).decode()}
+    if op == "write":
+        path = _resolve(request["path"])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(request["data"]))
+        return {"path": path}
+    if op == "list":
+        path = _resolve(request["path"])
+        return [
+            {"name": e.name, "type": "dir" if e.is_dir(follow_symlinks=False) else "file",
+             "size": e.stat(follow_symlinks=False).st_size}
+            for e in sorted(os.scandir(path), key=lambda e: e.name)
+        ]
+    if op == "ping":
+        return {"pid": os.getpid(), "session": session.state()}
+    raise protocol.ProtocolError(f"unknown op {op!r}")
+
+
+def _resolve(path: str) -> str:
+    return path if path.startswith("/") else os.path.join("/workspace", path)

@@ -1,0 +1,35 @@
+"""What a zygote needs to turn a fork into one sandbox; sent as JSON with the channel fd."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SANDBOX_UID = 100000  # unprivileged on the host; owns each sandbox's writable layer
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    sandbox_id: str
+    cgroup_procs: tuple[str, ...]  # cgroup.procs files the sandbox joins before unsharing
+    root: str  # empty host directory the sandbox's tmpfs root is mounted on
+    lower: str  # template layer (read-only)
+    upper: str  # this sandbox's writable layer
+    work: str  # overlayfs work directory
+    tmp: str  # host directory bound to /tmp
+    read_only_binds: tuple[str, ...]  # host paths visible read-only at the same path
+    run_setup: bool  # True when the template was not set up in the zygote (no page sharing)
+    uid: int = SANDBOX_UID
+    open_files: int = 1024
+    session_cwd: str = "/workspace"
+    session_env: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SandboxSpec:
+        data = dict(data)
+        data["cgroup_procs"] = tuple(data["cgroup_procs"])
+        data["read_only_binds"] = tuple(data["read_only_binds"])
+        return cls(**data)
