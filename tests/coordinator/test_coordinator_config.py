@@ -1,7 +1,7 @@
 """The coordinator and predictor sections: paper defaults, named errors, running estimates."""
 
 import pytest
-from coord_harness import Ledger, config, prompts
+from tests.coordinator.coord_harness import Ledger, config, prompts
 
 from venusrl.config import ConfigError, load_config
 from venusrl.coordinator import DataCoordinator

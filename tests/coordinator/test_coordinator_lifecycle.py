@@ -3,7 +3,7 @@
 import math
 
 import pytest
-from coord_harness import Ledger, config, prompts
+from tests.coordinator.coord_harness import Ledger, config, prompts
 
 from venusrl.coordinator import DataCoordinator
 from venusrl.coordinator.policies import LengthPredictionRule

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from coord_harness import Ledger, config, prompts
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.coordinator.coord_harness import Ledger, config, prompts
 
 from venusrl.coordinator import DataCoordinator, make_rule
 from venusrl.types import Priority, TrajectoryStatus

@@ -10,9 +10,9 @@ admissible version finishes before the next version, so it is never discarded.
 
 from __future__ import annotations
 
-from coord_harness import Ledger, config
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.coordinator.coord_harness import Ledger, config
 
 from venusrl.coordinator import DataCoordinator
 from venusrl.types import Priority, Prompt, TrajectoryStatus

@@ -4,7 +4,7 @@ are counted and skipped; and the loop into the coordinator."""
 import threading
 import time
 
-from coord_harness import Ledger, config, prompts
+from tests.coordinator.coord_harness import Ledger, config, prompts
 
 from venusrl.coordinator import DataCoordinator
 from venusrl.coordinator.predictors import BackgroundPredictor, query_from_trajectory

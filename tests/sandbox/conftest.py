@@ -7,12 +7,9 @@ import os
 from pathlib import Path
 
 import pytest
+from tests.sandbox.cluster_helpers import MiB, make_cluster
 
 from venusrl.sandbox.cgroups import CGROUP_ROOT, detect_layout
-from venusrl.sandbox.cluster import LocalCluster
-from venusrl.sandbox.config import SandboxConfig
-
-MiB = 1 << 20
 
 
 def _leftover_cgroups() -> set[str]:
@@ -29,11 +26,6 @@ def _requires_root_and_no_leaks():
     yield
     leaked = _leftover_cgroups() - before
     assert not leaked, f"tests leaked cgroups: {leaked}"
-
-
-def make_cluster(budgets: list[int], **overrides) -> LocalCluster:
-    config = SandboxConfig(nodes=len(budgets), cold_start_default=16 * MiB, oom_grace_s=20.0, **overrides)
-    return LocalCluster(config, budgets=budgets)
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import signal
 import time
 
 import pytest
+from tests.sandbox.cluster_helpers import MiB, make_cluster
 
-from conftest import MiB, make_cluster
 from venusrl.sandbox.api import Sandbox
 from venusrl.sandbox.cgroups import Cgroup, detect_layout
 from venusrl.sandbox.errors import (

@@ -60,6 +60,9 @@ class Cgroup:
     def __init__(self, layout: CgroupLayout, rel: str) -> None:
         self.layout = layout
         self.rel = rel.strip("/")
+        if not self.rel or ".." in self.rel.split("/"):
+            # kill_all on the root cgroup would SIGKILL every process on the host
+            raise ValueError(f"cgroup path {rel!r} must name a cgroup below the root")
 
     def child(self, name: str) -> Cgroup:
         return Cgroup(self.layout, f"{self.rel}/{name}")
