@@ -97,6 +97,10 @@ def _build_root(spec: SandboxSpec) -> None:
             os.symlink(os.readlink(host), f"{root}/{top}")
         elif host.is_dir():
             _bind(str(host), root, read_only=True)
+    # /tmp first: a read-only bind may lie below it (a venv or checkout under /tmp, as in CI)
+    os.makedirs(f"{root}/tmp")
+    linux.mount(spec.tmp, f"{root}/tmp", None, linux.MS_BIND)
+    linux.mount("none", f"{root}/tmp", None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_NOSUID | linux.MS_NODEV)
     for path in spec.read_only_binds:
         if os.path.exists(path):
             _bind(path, root, read_only=True)
@@ -106,9 +110,6 @@ def _build_root(spec: SandboxSpec) -> None:
     os.makedirs(f"{root}/workspace")
     linux.mount("overlay", f"{root}/workspace", "overlay", linux.MS_NOSUID | linux.MS_NODEV,
                 f"lowerdir={spec.lower},upperdir={spec.upper},workdir={spec.work}")
-    os.makedirs(f"{root}/tmp")
-    linux.mount(spec.tmp, f"{root}/tmp", None, linux.MS_BIND)
-    linux.mount("none", f"{root}/tmp", None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_NOSUID | linux.MS_NODEV)
     os.makedirs(f"{root}/.oldroot")
     linux.pivot_root(root, f"{root}/.oldroot")
     os.chdir("/")
