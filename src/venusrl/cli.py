@@ -42,14 +42,15 @@ def config_show(
 @app.command()
 def demo(
     workdir: Annotated[Path, typer.Option(help="where the tiny model and demo.json go")] = Path("runs/demo"),
-    turns: int = 3,
+    groups: int = 2,
+    group_size: int = 4,
     seed: int = 0,
 ) -> None:
-    """Build the tiny model and run a multi-turn tool-use rollout on it."""
+    """Build the tiny model and run groups of calculator rollouts on the engine."""
     from venusrl.demo import run_demo
 
     setup_logging("WARNING")
-    run_demo(workdir, turns=turns, seed=seed)
+    run_demo(workdir, groups=groups, group_size=group_size, seed=seed)
 
 
 def main() -> None:
