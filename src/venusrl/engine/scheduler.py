@@ -54,7 +54,6 @@ class Scheduler:
         self._in_flight = False
         self._aborted: list[str] = []
         self._computed_by_trajectory: dict[Hashable, int] = {}  # longest sequence computed
-        self._high_demand = 0  # HIGH/PROMOTED context tokens at the last boundary
         self._reservation: RadixNode | None = None  # locked prefix of an open reserve_prefix
 
     # ---- caller API ----------------------------------------------------------------------
@@ -434,36 +433,16 @@ class Scheduler:
     # ---- demotion ------------------------------------------------------------------------
 
     def _rebalance_demotion(self) -> None:
-        trajectories, root = self.cache.trajectories, self.cache.root
-        high = [k for k, t in trajectories.items() if t.priority != Priority.LOW]
-        # Cached paths of the HIGH trajectories, and how many of them share each node: a
-        # group's prompt pages are one demand, not K.
-        sharing: Counter = Counter()
-        paths: dict[Hashable, list] = {}
-        for key in high:
-            path, node = [], trajectories[key].anchor
-            while node is not None and node is not root:
-                path.append(node)
-                node = node.parent
-            paths[key] = path
-            sharing.update(path)
-        uncached = dict.fromkeys(high, 0)
-        contexts = {k: trajectories[k].context_tokens for k in high}
-        for request in self.requests.values():
-            key = request.trajectory_key
-            if key in contexts:
-                uncached[key] = max(uncached[key], request.seq_len - contexts[key])
-                contexts[key] = max(contexts[key], request.seq_len)
-        self._high_demand = sum(len(node.key) for node in sharing) + sum(uncached.values())
+        trajectories = self.cache.trajectories
+        contexts, uncached = self._high_contexts()
+        capacity = self.allocator.capacity_tokens
         demoted: set[Hashable] = set()
-        if self.config.demotion and self.config.cache_policy == "tiers":
-            demotable = {k: trajectories[k].priority == Priority.HIGH for k in high}
-            exclusive = {
-                k: uncached[k] + sum(len(n.key) for n in paths[k] if sharing[n] == 1) for k in high
-            }
-            demoted = choose_demoted(
-                contexts, demotable, self.allocator.capacity_tokens, exclusive, self._high_demand
-            )
+        # The sum of contexts bounds the distinct demand from above: only past it can anything
+        # need demoting, and only then is the walk over the cached paths worth its cost.
+        if self.config.demotion and self.config.cache_policy == "tiers" and sum(contexts.values()) > capacity:
+            demand, exclusive = self._distinct_high_demand(uncached)
+            demotable = {k: trajectories[k].priority == Priority.HIGH for k in contexts}
+            demoted = choose_demoted(contexts, demotable, capacity, exclusive, demand)
         for key, trajectory in trajectories.items():
             if trajectory.demoted != (key in demoted):
                 self.cache.set_demoted(key, key in demoted)
@@ -471,6 +450,39 @@ class Scheduler:
                     self.counters.demotions += 1
                 else:
                     self.counters.promotions += 1
+
+    def _high_contexts(self) -> tuple[dict[Hashable, int], dict[Hashable, int]]:
+        """Context tokens of every HIGH/PROMOTED trajectory (cached path or running sequence,
+        the longer) and the part of its running sequence not yet in the tree."""
+        trajectories = self.cache.trajectories
+        contexts = {k: t.context_tokens for k, t in trajectories.items() if t.priority != Priority.LOW}
+        uncached = dict.fromkeys(contexts, 0)
+        for request in self.requests.values():
+            key = request.trajectory_key
+            if key in contexts:
+                uncached[key] = max(uncached[key], request.seq_len - contexts[key])
+                contexts[key] = max(contexts[key], request.seq_len)
+        return contexts, uncached
+
+    def _distinct_high_demand(self, uncached: dict[Hashable, int]) -> tuple[int, dict[Hashable, int]]:
+        """KV the HIGH trajectories need with shared pages counted once (a group's prompt is
+        one demand, not K), and what demoting each would free: the pages no other HIGH
+        trajectory shares, plus its uncached tail."""
+        trajectories, root = self.cache.trajectories, self.cache.root
+        sharing: dict[RadixNode, int] = {}
+        paths: dict[Hashable, list[RadixNode]] = {}
+        for key in uncached:
+            path, node = [], trajectories[key].anchor
+            while node is not None and node is not root:
+                path.append(node)
+                sharing[node] = sharing.get(node, 0) + 1
+                node = node.parent
+            paths[key] = path
+        demand = sum(len(node.key) for node in sharing) + sum(uncached.values())
+        exclusive = {
+            k: uncached[k] + sum(len(n.key) for n in path if sharing[n] == 1) for k, path in paths.items()
+        }
+        return demand, exclusive
 
     # ---- observability -------------------------------------------------------------------
 
@@ -491,7 +503,8 @@ class Scheduler:
             evicted_tokens={tier.name.lower(): self.cache.evicted_tokens[tier] for tier in Tier},
             kv_tokens={"free": free, "in_use": capacity - free - sum(tiers),
                        **{tier.name.lower(): tiers[tier] for tier in Tier}},
-            kv_capacity_tokens=capacity, high_pressure=self._high_demand / capacity,
+            kv_capacity_tokens=capacity,
+            high_pressure=self._distinct_high_demand(self._high_contexts()[1])[0] / capacity,
             demoted_trajectories=sum(t.demoted for t in self.cache.trajectories.values()),
             running=len(self.running), waiting=len(self.waiting),
         )  # fmt: skip
