@@ -32,6 +32,17 @@ class TurnOutput(Protocol):
 GenerateFn = Callable[[list[int], SamplingParams, str], Awaitable[TurnOutput]]
 
 
+class TurnObserver(Protocol):
+    """Told of each turn boundary (the rollout worker reports them to the coordinator)."""
+
+    def turn_started(self, context_ids: list[int]) -> None:
+        """Generation starts; context_ids are the tokens fed since the last generated ones."""
+
+    def turn_ended(self, output: TurnOutput, tool_call: bool) -> None: ...
+
+    def tool_returned(self, error: bool) -> None: ...
+
+
 @dataclass(slots=True)
 class TurnRecord:
     generated_tokens: int
@@ -66,13 +77,14 @@ async def run_agent_loop(
     config: RolloutConfig,
     trajectory_id: str,
     sandbox: Any = None,
-    on_turn_end: Callable[[Rollout], None] | None = None,
+    observer: TurnObserver | None = None,
 ) -> Rollout:
     messages, tools = await env.reset(row, sandbox)
     conversation = Conversation.start(tokenizer, messages, tools)
     rollout = Rollout(trajectory_id, conversation.token_ids, conversation.generated_mask,
                       [0.0] * len(conversation.token_ids), conversation.messages)
     rollout.finish_reason = "max_turns"
+    consumed = 0  # tokens already reported to the observer
     for turn in range(config.max_turns):
         budget = config.max_total_tokens - len(conversation.token_ids)
         if budget <= 0:
@@ -80,16 +92,23 @@ async def run_agent_loop(
             break
         sampling = SamplingParams(max_new_tokens=min(config.max_new_tokens_per_turn, budget),
                                   temperature=config.temperature, top_p=config.top_p)
+        if observer is not None:
+            observer.turn_started(conversation.token_ids[consumed:])
         output = await generate(list(conversation.token_ids), sampling, trajectory_id)
         parsed = conversation.add_assistant_turn(output.output_ids, id_prefix=f"{trajectory_id}-{turn}")
+        consumed = len(conversation.token_ids)
+        calls_tool = bool(parsed.tool_calls or parsed.errors)
+        truncated = output.finish_reason == "length" and len(output.output_ids) >= budget
+        if observer is not None:
+            observer.turn_ended(output, tool_call=calls_tool and not truncated)
         rollout.logprobs.extend(output.logprobs)
         record = TurnRecord(len(output.output_ids), tuple(sorted(set(output.weight_versions))),
                             output.finish_reason or "stop", len(parsed.tool_calls), len(parsed.errors))
         rollout.turns.append(record)
-        if output.finish_reason == "length" and len(output.output_ids) >= budget:
+        if truncated:
             rollout.finish_reason = "max_total_tokens"
             break
-        if not parsed.tool_calls and not parsed.errors:
+        if not calls_tool:
             rollout.finish_reason = "done"
             break
         started = time.monotonic()
@@ -99,8 +118,8 @@ async def run_agent_loop(
         observations += [{"role": "user", "content": e.message} for e in parsed.errors]
         added = conversation.add_messages(observations)
         rollout.logprobs.extend([0.0] * len(added))
-        if on_turn_end is not None:
-            on_turn_end(rollout)
+        if observer is not None:
+            observer.tool_returned(error=record.tool_errors > 0)
         if env_done:
             rollout.finish_reason = "env_done"
             break

@@ -1,0 +1,86 @@
+"""Generation slots of one engine, granted per action (paper §4.3). Pure: no asyncio, no
+engine; the rollout worker turns its decisions into waits and aborts.
+
+Modes:
+- `priority` (venusrl): a trajectory holds a slot only while it generates; waiting ones are
+  granted in priority order (PROMOTED, HIGH, LOW; arrival order inside), so LOW work takes a
+  slot only when no more urgent work wants it; a PROMOTED/HIGH request that finds every slot
+  taken preempts the most recently granted LOW holder.
+- `action_level` (ROLL Flash): slots per action, first come first served, no preemption.
+- `trajectory_level` (slime): a trajectory keeps its slot through its tool calls until it ends.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from venusrl.types import Priority
+
+SlotMode = Literal["priority", "action_level", "trajectory_level"]
+
+
+@dataclass(slots=True)
+class SlotScheduler:
+    slots: int
+    mode: SlotMode = "priority"
+    holders: dict[Hashable, int] = field(default_factory=dict)  # trajectory -> grant order
+    priorities: dict[Hashable, Priority] = field(default_factory=dict)
+    waiting: dict[Hashable, int] = field(default_factory=dict)  # trajectory -> arrival order
+    _order: itertools.count = field(default_factory=itertools.count)
+
+    def __post_init__(self) -> None:
+        if self.slots < 1:
+            raise ValueError(f"slots must be >= 1, got {self.slots}")
+
+    def request(self, trajectory: Hashable, priority: Priority) -> tuple[bool, Hashable | None]:
+        """(granted now, trajectory preempted to make room or None). Not granted: it waits
+        until `release` grants it."""
+        self.priorities[trajectory] = priority
+        if trajectory in self.holders:
+            return True, None
+        if len(self.holders) < self.slots:
+            self._grant(trajectory)
+            return True, None
+        victim = self._preemptible() if self.mode == "priority" and priority < Priority.LOW else None
+        if victim is not None:
+            del self.holders[victim]
+            self.waiting[victim] = next(self._order)
+            self._grant(trajectory)
+            return True, victim
+        self.waiting.setdefault(trajectory, next(self._order))
+        return False, None
+
+    def release(self, trajectory: Hashable, finished: bool) -> list[Hashable]:
+        """The trajectory's action ended (`finished`: the trajectory too); returns the
+        trajectories granted a slot by it."""
+        self.waiting.pop(trajectory, None)
+        if finished:
+            self.priorities.pop(trajectory, None)
+        if self.mode == "trajectory_level" and not finished:
+            return []
+        self.holders.pop(trajectory, None)
+        granted = []
+        while self.waiting and len(self.holders) < self.slots:
+            best = min(self.waiting, key=self._rank)
+            del self.waiting[best]
+            self._grant(best)
+            granted.append(best)
+        return granted
+
+    def set_priority(self, trajectory: Hashable, priority: Priority) -> None:
+        if trajectory in self.priorities:
+            self.priorities[trajectory] = priority
+
+    def _grant(self, trajectory: Hashable) -> None:
+        self.holders[trajectory] = next(self._order)
+
+    def _rank(self, trajectory: Hashable) -> tuple[int, int]:
+        priority = self.priorities[trajectory] if self.mode == "priority" else Priority.LOW
+        return priority, self.waiting[trajectory]
+
+    def _preemptible(self) -> Hashable | None:
+        low = [t for t in self.holders if self.priorities.get(t) == Priority.LOW]
+        return max(low, key=self.holders.__getitem__) if low else None

@@ -1,0 +1,209 @@
+"""RolloutWorker: runs the coordinator's trajectories as agent loops on one engine and
+schedules them per action.
+
+Each trajectory is an asyncio task running `run_agent_loop`. A turn takes a generation slot
+(`SlotScheduler`) only while it generates; a PROMOTED/HIGH turn that finds every slot taken
+preempts a LOW one: the LOW request is aborted in the engine, keeps the tokens it produced,
+waits for a slot again and resumes from there (its prefix is still in the radix cache).
+Coordinator decisions are applied as they come: new trajectories start, discarded ones are
+cancelled, policy changes re-prioritise slots and engine requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field, replace
+
+from venusrl.coordinator.coordinator import DataCoordinator
+from venusrl.coordinator.decisions import Decisions, PriorityPolicy
+from venusrl.engine.async_engine import AsyncEngine
+from venusrl.engine.engine import RequestOutput
+from venusrl.env.base import Environment
+from venusrl.model.chat import ChatTokenizer
+from venusrl.rollout.agent_loop import TurnOutput, run_agent_loop
+from venusrl.rollout.config import RolloutConfig
+from venusrl.rollout.slots import SlotMode, SlotScheduler
+from venusrl.types import Group, Priority, Prompt, SamplingParams, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class TurnResult:
+    """A turn's output across preemptions: what each engine request produced, joined."""
+
+    output_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    weight_versions: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+    preemptions: int = 0
+
+
+class RolloutWorker:
+    def __init__(
+        self,
+        coordinator: DataCoordinator,
+        engine: AsyncEngine,
+        tokenizer: ChatTokenizer,
+        env_factory: Callable[[], Environment],
+        config: RolloutConfig,
+        slots: int,
+        mode: SlotMode = "priority",
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.coordinator, self.engine, self.tokenizer = coordinator, engine, tokenizer
+        self.env_factory, self.config, self.clock = env_factory, config, clock
+        self.mode = mode
+        self.slots = SlotScheduler(slots, mode)
+        self.ready: list[Group] = []
+        self.dropped: list[Prompt] = []
+        self.preemptions = 0
+        self._tasks: dict[int, asyncio.Task] = {}
+        self._grants: dict[int, asyncio.Event] = {}
+        self._preempt: dict[int, asyncio.Event] = {}
+
+    async def run(self, groups: int) -> list[Group]:
+        """Run until `groups` groups are ready for the trainer (or the dataset is done)."""
+        self._apply(self.coordinator.start(self.clock()))
+        while len(self.ready) < groups and self._tasks:
+            await asyncio.wait(list(self._tasks.values()), return_when=asyncio.FIRST_COMPLETED)
+        for task in list(self._tasks.values()):
+            task.cancel()
+        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        return self.ready
+
+    # ---- coordinator decisions -------------------------------------------------------------
+
+    def _apply(self, decisions: Decisions) -> None:
+        for trajectory in decisions.start:
+            self._tasks[trajectory.id] = asyncio.create_task(self._run_trajectory(trajectory))
+        for trajectory_id in decisions.discarded:
+            task = self._tasks.get(trajectory_id)
+            if task is not None:
+                task.cancel()
+        self.ready.extend(decisions.ready)
+        self.dropped.extend(decisions.dropped)
+        if decisions.policy is not None:
+            self._repriorise(decisions.policy)
+
+    def _repriorise(self, policy: PriorityPolicy) -> None:
+        for trajectory_id in self._tasks:
+            priority = self._priority(trajectory_id, policy)
+            self.slots.set_priority(trajectory_id, priority)
+            self.engine.call(lambda e, key=str(trajectory_id), p=priority: e.set_priority(key, p))
+
+    def _priority(self, trajectory_id: int, policy: PriorityPolicy | None = None) -> Priority:
+        trajectory = self.coordinator.trajectory(trajectory_id)
+        if trajectory is None or self.mode != "priority":
+            return Priority.LOW
+        return (policy or self.coordinator.policy).priority(trajectory.group_id, trajectory_id)
+
+    # ---- one trajectory --------------------------------------------------------------------
+
+    async def _run_trajectory(self, trajectory: Trajectory) -> None:
+        trajectory_id = trajectory.id
+        row = {**trajectory.prompt.metadata, "messages": [dict(m) for m in trajectory.prompt.messages]}
+        observer = _CoordinatorReport(self, trajectory_id)
+        try:
+            rollout = await run_agent_loop(self.env_factory(), row, self._generate, self.tokenizer, self.config,
+                                           str(trajectory_id), observer=observer)
+        except asyncio.CancelledError:
+            log.info("trajectory %d cancelled (discarded or run over)", trajectory_id)
+            raise
+        except Exception as err:  # the loop broke (engine, sandbox): the coordinator re-runs it
+            log.warning("trajectory %d failed: %s", trajectory_id, err)
+            self._apply(self.coordinator.on_trajectory_failed(trajectory_id, self.clock(), str(err)))
+        else:
+            self._apply(self.coordinator.on_trajectory_done(trajectory_id, self.clock(), rollout.reward))
+        finally:
+            self._release(trajectory_id, finished=True)
+            self.engine.call(lambda e, key=str(trajectory_id): e.release_trajectory(key))
+            del self._tasks[trajectory_id]
+
+    async def _generate(self, prompt_ids: list[int], sampling: SamplingParams, key: str) -> TurnOutput:
+        trajectory_id = int(key)
+        turn = TurnResult()
+        while turn.finish_reason in (None, "abort"):
+            await self._acquire(trajectory_id)
+            preempt = self._preempt[trajectory_id] = asyncio.Event()
+            remaining = replace(sampling, max_new_tokens=sampling.max_new_tokens - len(turn.output_ids))
+            stream = self.engine.generate(prompt_ids + turn.output_ids, remaining,
+                                          self._priority(trajectory_id), key)
+            last = await _until_done_or(stream, preempt)
+            del self._preempt[trajectory_id]
+            self._release(trajectory_id, finished=False)
+            if last is not None:
+                turn.output_ids += last.output_ids
+                turn.logprobs += last.logprobs
+                turn.weight_versions += last.weight_versions
+            turn.finish_reason = "abort" if preempt.is_set() else (last.finish_reason if last else "abort")
+            if preempt.is_set():
+                turn.preemptions += 1
+                self.preemptions += 1
+                log.info("trajectory %d preempted after %d tokens; resumes when a slot frees",
+                         trajectory_id, len(turn.output_ids))
+                if len(turn.output_ids) >= sampling.max_new_tokens:
+                    turn.finish_reason = "length"
+        return turn
+
+    async def _acquire(self, trajectory_id: int) -> None:
+        while trajectory_id not in self.slots.holders:
+            granted, victim = self.slots.request(trajectory_id, self._priority(trajectory_id))
+            if victim is not None and victim in self._preempt:
+                self._preempt[victim].set()
+            if granted:
+                return
+            event = self._grants.setdefault(trajectory_id, asyncio.Event())
+            await event.wait()
+            self._grants.pop(trajectory_id, None)
+
+    def _release(self, trajectory_id: int, finished: bool) -> None:
+        for granted in self.slots.release(trajectory_id, finished):
+            self._grants.setdefault(granted, asyncio.Event()).set()
+
+
+async def _until_done_or(stream: AsyncIterator[RequestOutput], preempt: asyncio.Event) -> RequestOutput | None:
+    """The last output of the stream, or, once `preempt` is set, the last one seen so far
+    (leaving the stream aborts the engine request; its KV stays cached for the resume)."""
+    last = None
+    iterator = aiter(stream)
+    while True:
+        next_output = asyncio.ensure_future(anext(iterator))
+        preempted = asyncio.ensure_future(preempt.wait())
+        done, _ = await asyncio.wait({next_output, preempted}, return_when=asyncio.FIRST_COMPLETED)
+        if next_output in done:
+            preempted.cancel()
+            try:
+                last = next_output.result()
+            except StopAsyncIteration:
+                return last
+            if last.finished:
+                return last
+            continue
+        next_output.cancel()
+        await asyncio.gather(next_output, return_exceptions=True)
+        await stream.aclose()
+        return last
+
+
+@dataclass(slots=True)
+class _CoordinatorReport:
+    """Reports one trajectory's turn boundaries to the coordinator."""
+
+    worker: RolloutWorker
+    trajectory_id: int
+
+    def turn_started(self, context_ids: list[int]) -> None:
+        coordinator = self.worker.coordinator
+        self.worker._apply(coordinator.on_turn_start(self.trajectory_id, self.worker.clock(), context_ids))
+
+    def turn_ended(self, output: TurnOutput, tool_call: bool) -> None:
+        version = max(output.weight_versions, default=self.worker.coordinator.weight_version)
+        self.worker._apply(self.worker.coordinator.on_turn_end(
+            self.trajectory_id, self.worker.clock(), output.output_ids, output.logprobs, version, tool_call))
+
+    def tool_returned(self, error: bool) -> None:
+        self.worker._apply(self.worker.coordinator.on_tool_result(self.trajectory_id, self.worker.clock(), error))

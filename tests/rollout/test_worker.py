@@ -1,0 +1,80 @@
+"""The rollout worker drives the real coordinator, engine and calculator environment."""
+
+import asyncio
+
+import pytest
+
+from venusrl.coordinator.config import CoordinatorConfig
+from venusrl.coordinator.coordinator import DataCoordinator
+from venusrl.engine.async_engine import AsyncEngine
+from venusrl.engine.config import EngineConfig
+from venusrl.engine.engine import Engine
+from venusrl.env.calculator import CalculatorEnv, generate_dataset
+from venusrl.rollout.config import RolloutConfig
+from venusrl.rollout.worker import RolloutWorker
+from venusrl.types import Prompt, TrajectoryStatus
+
+
+def prompts(count):
+    return [Prompt(id=row["id"], messages=({"role": "user", "content": row["question"]},), metadata=row)
+            for row in generate_dataset(count, seed=5)]
+
+
+@pytest.mark.parametrize("mode", ["priority", "action_level", "trajectory_level"])
+def test_groups_come_out_complete_in_every_mode(tiny_model_dir, mode):
+    engine = Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=16384, page_size=1))
+    coordinator = DataCoordinator(CoordinatorConfig(group_size=2, batch_groups=2, async_factor=1.5), prompts(6))
+    config = RolloutConfig(max_turns=2, max_new_tokens_per_turn=24, temperature=1.0)
+
+    async def main():
+        async_engine = AsyncEngine(engine)
+        try:
+            worker = RolloutWorker(coordinator, async_engine, engine.tokenizer, CalculatorEnv, config,
+                                   slots=2, mode=mode)
+            return await worker.run(groups=2)
+        finally:
+            await async_engine.shutdown()
+
+    ready = asyncio.run(main())
+    assert len(ready) >= 2
+    for group in ready:
+        assert len(group.trajectories) == 2
+        for t in group.trajectories:
+            assert t.status is TrajectoryStatus.DONE and t.reward in (0.0, 1.0)
+            assert len(t.token_ids) == len(t.generated_mask) == len(t.logprobs)
+            assert sum(t.generated_mask) == t.generated_tokens > 0
+            assert all(lp < 0 for lp, m in zip(t.logprobs, t.generated_mask, strict=True) if m)
+            assert [turn.weight_version for turn in t.turns] == [0] * len(t.turns)
+    assert coordinator.in_flight <= 3  # ceil(1.5 x 2)
+
+
+def test_high_preempts_low_and_low_resumes_to_the_same_tokens(tiny_model_dir):
+    """One slot: a HIGH turn arriving while a LOW turn generates takes the slot; the LOW turn
+    keeps its tokens, resumes after, and ends with exactly the uninterrupted greedy output."""
+    from venusrl.model.generate import generate
+    from venusrl.types import Priority, SamplingParams
+
+    engine = Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=16384, page_size=1))
+    coordinator = DataCoordinator(CoordinatorConfig(group_size=1, batch_groups=1), prompts(1))
+    low_prompt, high_prompt = list(range(10, 70)), list(range(100, 140))
+    long = SamplingParams(max_new_tokens=400, temperature=0, stop_token_ids=(-1,))
+    short = SamplingParams(max_new_tokens=8, temperature=0, stop_token_ids=(-1,))
+
+    async def main():
+        async_engine = AsyncEngine(engine)
+        try:
+            worker = RolloutWorker(coordinator, async_engine, engine.tokenizer, CalculatorEnv, RolloutConfig(), slots=1)
+            worker._priority = lambda trajectory_id, policy=None: Priority.LOW if trajectory_id == 1 else Priority.HIGH
+            low = asyncio.create_task(worker._generate(low_prompt, long, "1"))
+            await asyncio.sleep(0.2)
+            high = await worker._generate(high_prompt, short, "2")
+            return await low, high, worker
+        finally:
+            await async_engine.shutdown()
+
+    low, high, worker = asyncio.run(main())
+    assert low.preemptions == 1 and worker.preemptions == 1
+    assert low.output_ids == generate(engine.runner.model, low_prompt, long).token_ids
+    assert high.output_ids == generate(engine.runner.model, high_prompt, short).token_ids
+    assert len(low.logprobs) == len(low.output_ids) == 400
+    assert engine.stats()["cached_tokens"] > 0, "the resume reuses the preempted turn's KV"
