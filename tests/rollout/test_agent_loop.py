@@ -3,10 +3,10 @@ model outputs for the bad inputs a model produces."""
 
 import asyncio
 import json
-from dataclasses import dataclass, field
 
 import pytest
 from tests.engine.tool_model import ADD_TOOL, TOOL_PROMPT, TOOL_REPLY
+from tests.rollout.scripted import Scripted
 
 from venusrl.engine.async_engine import AsyncEngine
 from venusrl.engine.config import EngineConfig
@@ -40,24 +40,6 @@ class AddEnv(Environment):
 
     def reward(self, episode: Episode) -> float:
         return float(any(m["role"] == "tool" and m["content"] == "5" for m in episode.messages))
-
-
-@dataclass
-class Scripted:
-    """Model outputs given as text, turn by turn: the bad inputs a real model produces."""
-
-    tokenizer: object
-    turns: list
-    versions: list = field(default_factory=lambda: [0])
-
-    async def __call__(self, prompt_ids, sampling, trajectory_id):
-        text, stop = self.turns.pop(0)
-        ids = self.tokenizer.encode(text)[: sampling.max_new_tokens]
-        finish = "stop" if stop and len(ids) < sampling.max_new_tokens else "length"
-        if finish == "stop":
-            ids.append(self.tokenizer.eos_token_ids[0])
-        return type("Out", (), {"output_ids": ids, "logprobs": [-1.0] * len(ids), "finish_reason": finish,
-                                "weight_versions": self.versions * len(ids)})()
 
 
 def run(coro):

@@ -69,7 +69,8 @@ def make_problem(rng: random.Random, steps: int) -> dict[str, Any]:
 
 def generate_dataset(count: int, seed: int = 0) -> list[dict[str, Any]]:
     rng = random.Random(seed)
-    return [{"id": f"calc-{seed}-{i}", **make_problem(rng, rng.randint(1, 8))} for i in range(count)]
+    rows = [{"id": f"calc-{seed}-{i}", **make_problem(rng, rng.randint(1, 8))} for i in range(count)]
+    return [{**row, "prompt": row["question"]} for row in rows]
 
 
 class CalculatorEnv(Environment):
@@ -92,7 +93,11 @@ class CalculatorEnv(Environment):
         return StepResult(observations)
 
     def reward(self, episode: Episode) -> float:
-        """1 for a final 'Answer: N' equal to the row's answer, else 0."""
-        final = next((m for m in reversed(episode.messages) if m["role"] == "assistant"), None)
-        match = _ANSWER.search((final or {}).get("content") or "")
-        return float(match is not None and abs(float(match.group(1)) - float(episode.row["answer"])) < 1e-6)
+        return float(final_answer_matches(episode))
+
+
+def final_answer_matches(episode: Episode) -> bool:
+    """The last assistant message says 'Answer: N' with N equal to the row's answer."""
+    final = next((m for m in reversed(episode.messages) if m["role"] == "assistant"), None)
+    match = _ANSWER.search((final or {}).get("content") or "")
+    return match is not None and abs(float(match.group(1)) - float(episode.row["answer"])) < 1e-6
