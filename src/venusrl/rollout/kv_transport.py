@@ -1,0 +1,92 @@
+"""Moving a request's prefix KV between engines, host memory to host memory.
+
+`InProcessTransport` hands the tensors over (engines in one process); `TcpTransport` sends
+them to a `KVReceiver` on another process over a socket (loopback by default): a JSON header
+line (shapes, dtype, token ids), then the raw K and V bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import socketserver
+import threading
+from typing import Protocol
+
+import torch
+
+from venusrl.engine.kv_pool import HostKV
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class KVTransport(Protocol):
+    def send(self, token_ids: list[int], kv: HostKV) -> tuple[list[int], HostKV]:
+        """Deliver the KV of token_ids; returns what the receiving side holds."""
+        ...
+
+
+class InProcessTransport:
+    def send(self, token_ids: list[int], kv: HostKV) -> tuple[list[int], HostKV]:
+        return list(token_ids), HostKV(kv.k.clone(), kv.v.clone())
+
+
+def _encode(token_ids: list[int], kv: HostKV) -> tuple[bytes, bytes, bytes]:
+    dtype = str(kv.k.dtype).removeprefix("torch.")
+    header = {"token_ids": token_ids, "shape": list(kv.k.shape), "dtype": dtype}
+    raw = [t.contiguous().view(torch.uint8).numpy().tobytes() for t in (kv.k, kv.v)]
+    return (json.dumps(header) + "\n").encode(), raw[0], raw[1]
+
+
+def _read_exact(stream, count: int) -> bytes:
+    data = stream.read(count)
+    if len(data) != count:
+        raise ConnectionError(f"KV stream ended after {len(data)} of {count} bytes")
+    return data
+
+
+def _decode(stream) -> tuple[list[int], HostKV]:
+    header = json.loads(stream.readline())
+    dtype = _DTYPES[header["dtype"]]
+    shape = header["shape"]
+    count = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+    k, v = (torch.frombuffer(bytearray(_read_exact(stream, count)), dtype=dtype).view(shape) for _ in range(2))
+    return header["token_ids"], HostKV(k, v)
+
+
+class KVReceiver:
+    """Accepts KV sent by `TcpTransport` and hands each delivery to `on_kv` (which imports it
+    into the local engine); replies with the tokens it took. `on_kv` runs on the receiver's
+    thread: with a running `AsyncEngine`, pass the import through `AsyncEngine.call(...)`."""
+
+    def __init__(self, on_kv, host: str = "127.0.0.1", port: int = 0):
+        receiver = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                token_ids, kv = _decode(self.rfile)
+                imported = receiver.on_kv(token_ids, kv)
+                self.wfile.write((json.dumps({"imported": imported}) + "\n").encode())
+
+        self.on_kv = on_kv
+        self.server = socketserver.ThreadingTCPServer((host, port), Handler)
+        self.server.daemon_threads = True
+        self.address = self.server.server_address
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class TcpTransport:
+    def __init__(self, address: tuple[str, int], timeout_s: float = 30.0):
+        self.address, self.timeout_s = address, timeout_s
+
+    def send(self, token_ids: list[int], kv: HostKV) -> tuple[list[int], HostKV]:
+        header, k, v = _encode(token_ids, kv)
+        with socket.create_connection(self.address, timeout=self.timeout_s) as connection:
+            connection.sendall(header + k + v)
+            reply = json.loads(connection.makefile("rb").readline())
+        return list(token_ids[: reply["imported"]]), kv

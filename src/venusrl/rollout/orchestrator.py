@@ -1,0 +1,57 @@
+"""Request orchestration (paper §4.3): when an engine's HIGH KV pressure crosses a threshold,
+move some of its waiting requests to the engine with the least HIGH pressure, with their
+prefix KV. The choice is pure; `migrate_prefix` carries one move out."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+
+from venusrl.engine.engine import Engine
+from venusrl.rollout.kv_transport import KVTransport
+
+
+@dataclass(slots=True, frozen=True)
+class Move:
+    request: Hashable
+    source: Hashable
+    target: Hashable
+
+
+def choose_moves(
+    pressure: Mapping[Hashable, float],
+    capacity: Mapping[Hashable, int],
+    waiting: Mapping[Hashable, Sequence[tuple[Hashable, int]]],
+    threshold: float,
+    max_moves: int = 4,
+) -> list[Move]:
+    """`pressure`: each engine's HIGH KV demand over its `capacity` (tokens); `waiting`: per
+    engine, its waiting HIGH requests as (request, KV tokens), oldest first. An engine past
+    `threshold` sends its oldest waiting requests to the least-pressured engine while that
+    stays below the source after taking them: a move must lower the peak, not swap it."""
+    projected = dict(pressure)
+    moves: list[Move] = []
+    for source in sorted(pressure, key=pressure.__getitem__, reverse=True):
+        for request, tokens in waiting.get(source, ()):
+            others = [e for e in projected if e != source]
+            if projected[source] <= threshold or len(moves) >= max_moves or not others:
+                break
+            target = min(others, key=projected.__getitem__)
+            target_after = projected[target] + tokens / capacity[target]
+            if target_after >= projected[source]:
+                break
+            moves.append(Move(request, source, target))
+            projected[source] -= tokens / capacity[source]
+            projected[target] = target_after
+    return moves
+
+
+def migrate_prefix(source: Engine, target: Engine, token_ids: list[int], transport: KVTransport,
+                   trajectory_id: str | None = None) -> int:
+    """Copy the KV of the longest cached prefix of token_ids from source to target; returns
+    the tokens now cached on the target. Runs between engine steps on both sides."""
+    exported, kv = source.export_prefix(token_ids)
+    if not exported:
+        return 0
+    delivered, kv = transport.send(token_ids[:exported], kv)
+    return target.import_prefix(delivered, kv, trajectory_id)

@@ -1,0 +1,75 @@
+"""Request orchestration: the choice of moves, and a request moved between two engines
+with its prefix KV (in process and over TCP)."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from venusrl.engine.config import EngineConfig
+from venusrl.engine.engine import Engine
+from venusrl.model.checkpoint import load_model
+from venusrl.model.generate import generate
+from venusrl.rollout.kv_transport import InProcessTransport, KVReceiver, TcpTransport
+from venusrl.rollout.orchestrator import Move, choose_moves, migrate_prefix
+from venusrl.types import Priority, SamplingParams
+
+GREEDY = SamplingParams(max_new_tokens=16, temperature=0, stop_token_ids=(-1,))
+
+
+def test_moves_go_from_the_hot_engine_to_the_coolest():
+    pressure = {"a": 1.4, "b": 0.2, "c": 0.5}
+    capacity = dict.fromkeys(pressure, 1000)
+    waiting = {"a": [("r1", 200), ("r2", 200), ("r3", 200)], "b": [], "c": []}
+    moves = choose_moves(pressure, capacity, waiting, threshold=0.9)
+    assert moves[0] == Move("r1", "a", "b")
+    assert [m.source for m in moves] == ["a"] * len(moves) and len(moves) == 3
+
+
+def test_no_move_below_the_threshold_or_when_it_would_only_swap_the_peak():
+    capacity = {"a": 1000, "b": 1000}
+    assert choose_moves({"a": 0.8, "b": 0.1}, capacity, {"a": [("r", 100)]}, threshold=0.9) == []
+    assert choose_moves({"a": 1.0, "b": 0.95}, capacity, {"a": [("r", 500)]}, threshold=0.9) == []
+
+
+@given(st.dictionaries(st.sampled_from("abcd"), st.floats(0, 3), min_size=1),
+       st.lists(st.integers(1, 500), max_size=6))
+def test_moves_never_raise_the_peak(pressure, sizes):
+    capacity = dict.fromkeys(pressure, 1000)
+    hottest = max(pressure, key=pressure.get)
+    waiting = {hottest: [(f"r{i}", s) for i, s in enumerate(sizes)]}
+    projected = dict(pressure)
+    for move in choose_moves(pressure, capacity, waiting, threshold=0.5):
+        tokens = dict(waiting[hottest])[move.request]
+        projected[move.source] -= tokens / 1000
+        projected[move.target] += tokens / 1000
+    assert max(projected.values()) <= max(pressure.values()) + 1e-9
+
+
+@pytest.mark.parametrize("transport_kind", ["in_process", "tcp"])
+def test_moved_request_keeps_its_prefix_and_its_output(tiny_model_dir, transport_kind):
+    model = load_model(tiny_model_dir)
+    source = Engine(model, EngineConfig(kv_capacity_tokens=4096, page_size=4))
+    target = Engine(load_model(tiny_model_dir), EngineConfig(kv_capacity_tokens=4096, page_size=4))
+    prompt = list(range(20, 120))
+    source.start_trajectory("t", Priority.HIGH)
+    first = source.generate([prompt], GREEDY)[0]
+    context = prompt + first.output_ids + [5, 6, 7]
+    receiver = None
+    if transport_kind == "tcp":
+        receiver = KVReceiver(lambda ids, kv: target.import_prefix(ids, kv, "t"))
+        transport = TcpTransport(receiver.address)
+    else:
+        transport = InProcessTransport()
+    try:
+        moved = migrate_prefix(source, target, context, transport, "t")
+    finally:
+        if receiver is not None:
+            receiver.close()
+    assert moved == (len(prompt) + len(first.output_ids) - 1) // 4 * 4
+    before = target.stats()
+    again = target.generate([context], GREEDY)[0]
+    after = target.stats()
+    assert after["cached_tokens"] - before["cached_tokens"] == moved, "the moved prefix is not recomputed"
+    assert after["recomputed_tokens"] == 0
+    assert again.output_ids == generate(model, context, GREEDY).token_ids
+    target.scheduler.check_integrity()
