@@ -78,3 +78,35 @@ def test_high_preempts_low_and_low_resumes_to_the_same_tokens(tiny_model_dir):
     assert high.output_ids == generate(engine.runner.model, high_prompt, short).token_ids
     assert len(low.logprobs) == len(low.output_ids) == 400
     assert engine.stats()["cached_tokens"] > 0, "the resume reuses the preempted turn's KV"
+
+
+def test_predictions_reach_the_coordinator_and_finished_trajectories_train_the_predictor(tiny_model_dir):
+    from venusrl.coordinator.config import PredictorConfig
+    from venusrl.coordinator.predictors import BackgroundPredictor, PredictionQuery, make_predictor
+
+    engine = Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=16384, page_size=1))
+    coordinator = DataCoordinator(CoordinatorConfig(group_size=2, batch_groups=2), prompts(4))
+    predictor = BackgroundPredictor(make_predictor(PredictorConfig(kind="group_history")))
+
+    async def main():
+        async_engine = AsyncEngine(engine)
+        try:
+            worker = RolloutWorker(coordinator, async_engine, engine.tokenizer, CalculatorEnv,
+                                   RolloutConfig(max_turns=2, max_new_tokens_per_turn=24), slots=2, predictor=predictor)
+            await worker.run(groups=2)
+            return worker
+        finally:
+            await async_engine.shutdown()
+
+    try:
+        worker = asyncio.run(main())
+        assert worker.predictions > 0
+        predictor.close()
+        assert predictor.errors == 0
+        # the finished trajectories were observed: a seen prompt now predicts its own short
+        # lengths (at most 48 tokens here), not the 2048-token prior
+        seen = PredictionQuery(prompt_id=prompts(1)[0].id, prompt_text="", last_observation="", turns=0,
+                               generated_tokens=0, trajectory_id=99)
+        assert predictor.predictor.predict(seen) <= 48
+    finally:
+        predictor.close()

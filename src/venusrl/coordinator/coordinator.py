@@ -103,6 +103,10 @@ class DataCoordinator:
         """An unfinished trajectory, or None."""
         return self._live.get(trajectory_id)
 
+    def group(self, group_id: int) -> Group | None:
+        """A running group, or None."""
+        return self._running.get(group_id)
+
     def running_groups(self) -> list[Group]:
         return list(self._running.values())
 

@@ -19,6 +19,12 @@ from dataclasses import dataclass, field, replace
 
 from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.coordinator.decisions import Decisions, PriorityPolicy
+from venusrl.coordinator.predictors import (
+    BackgroundPredictor,
+    PredictionQuery,
+    examples_of_finished,
+    query_from_trajectory,
+)
 from venusrl.engine.async_engine import AsyncEngine
 from venusrl.engine.engine import RequestOutput
 from venusrl.env.base import Environment
@@ -53,6 +59,7 @@ class RolloutWorker:
         slots: int,
         mode: SlotMode = "priority",
         clock: Callable[[], float] = time.monotonic,
+        predictor: BackgroundPredictor | None = None,
     ):
         self.coordinator, self.engine, self.tokenizer = coordinator, engine, tokenizer
         self.env_factory, self.config, self.clock = env_factory, config, clock
@@ -61,6 +68,9 @@ class RolloutWorker:
         self.ready: list[Group] = []
         self.dropped: list[Prompt] = []
         self.preemptions = 0
+        self.predictions = 0
+        self.predictor = predictor
+        self._queries: dict[int, list[PredictionQuery]] = {}  # per trajectory, for online learning
         self._tasks: dict[int, asyncio.Task] = {}
         self._grants: dict[int, asyncio.Event] = {}
         self._preempt: dict[int, asyncio.Event] = {}
@@ -68,12 +78,38 @@ class RolloutWorker:
     async def run(self, groups: int) -> list[Group]:
         """Run until `groups` groups are ready for the trainer (or the dataset is done)."""
         self._apply(self.coordinator.start(self.clock()))
+        poller = asyncio.create_task(self._poll_predictions()) if self.predictor is not None else None
         while len(self.ready) < groups and self._tasks:
             await asyncio.wait(list(self._tasks.values()), return_when=asyncio.FIRST_COMPLETED)
-        for task in list(self._tasks.values()):
+        for task in [*self._tasks.values(), *([poller] if poller else [])]:
             task.cancel()
-        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        await asyncio.gather(*self._tasks.values(), *([poller] if poller else []), return_exceptions=True)
         return self.ready
+
+    # ---- length predictions (off the critical path) ------------------------------------------
+
+    def _predict(self, trajectory_id: int) -> None:
+        """Ask for a prediction at a turn boundary; the answer arrives through the poller."""
+        trajectory = self.coordinator.trajectory(trajectory_id)
+        group = self.coordinator.group(trajectory.group_id) if trajectory is not None else None
+        if self.predictor is None or group is None:
+            return
+        query = query_from_trajectory(trajectory, group)
+        self._queries.setdefault(trajectory_id, []).append(query)
+        self.predictor.submit(query)
+
+    async def _poll_predictions(self, interval_s: float = 0.02) -> None:
+        while True:
+            for prediction in self.predictor.poll():
+                self.predictions += 1
+                self._apply(self.coordinator.on_prediction(
+                    prediction.trajectory_id, self.clock(), prediction.remaining_tokens, prediction.at_generated_tokens))
+            await asyncio.sleep(interval_s)
+
+    def _learn_from(self, trajectory_id: int, generated_tokens: int) -> None:
+        queries = self._queries.pop(trajectory_id, [])
+        if self.predictor is not None and queries:
+            self.predictor.observe(examples_of_finished(queries, generated_tokens))
 
     # ---- coordinator decisions -------------------------------------------------------------
 
@@ -118,7 +154,9 @@ class RolloutWorker:
             self._apply(self.coordinator.on_trajectory_failed(trajectory_id, self.clock(), str(err)))
         else:
             self._apply(self.coordinator.on_trajectory_done(trajectory_id, self.clock(), rollout.reward))
+            self._learn_from(trajectory_id, sum(rollout.generated_mask))
         finally:
+            self._queries.pop(trajectory_id, None)
             self._release(trajectory_id, finished=True)
             self.engine.call(lambda e, key=str(trajectory_id): e.release_trajectory(key))
             del self._tasks[trajectory_id]
@@ -199,6 +237,7 @@ class _CoordinatorReport:
     def turn_started(self, context_ids: list[int]) -> None:
         coordinator = self.worker.coordinator
         self.worker._apply(coordinator.on_turn_start(self.trajectory_id, self.worker.clock(), context_ids))
+        self.worker._predict(self.trajectory_id)
 
     def turn_ended(self, output: TurnOutput, tool_call: bool) -> None:
         version = max(output.weight_versions, default=self.worker.coordinator.weight_version)
