@@ -65,6 +65,7 @@ def test_high_preempts_low_and_low_resumes_to_the_same_tokens(tiny_model_dir):
         try:
             worker = RolloutWorker(coordinator, async_engine, engine.tokenizer, CalculatorEnv, RolloutConfig(), slots=1)
             worker._priority = lambda trajectory_id, policy=None: Priority.LOW if trajectory_id == 1 else Priority.HIGH
+            worker._engine_of.update({1: 0, 2: 0})
             low = asyncio.create_task(worker._generate(low_prompt, long, "1"))
             await asyncio.sleep(0.2)
             high = await worker._generate(high_prompt, short, "2")

@@ -50,3 +50,14 @@ def bench_scheduler(
     from venusrl.bench.scheduler import main
 
     main(quick, json_out, groups, group_size, events, policies, seed)
+
+
+@bench_app.command("rollout")
+def bench_rollout(
+    quick: Annotated[bool, typer.Option("--quick", help="B=4 instead of 8")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+) -> None:
+    """Time until B groups are ready: trajectory-level vs action-level vs venusrl scheduling."""
+    from venusrl.bench.rollout import main
+
+    main(quick, json_out)

@@ -37,6 +37,7 @@ class Environment(ABC):
     needs_sandbox: bool = False
     template: str | None = None
     required_fields: tuple[str, ...] = ()
+    continues_without_tool_call: bool = False  # True for user simulators (see `respond`)
 
     def check_row(self, row: dict[str, Any], where: str = "row") -> None:
         missing = [name for name in self.required_fields if name not in row]
@@ -54,3 +55,8 @@ class Environment(ABC):
     @abstractmethod
     def reward(self, episode: Episode) -> float:
         ...
+
+    async def respond(self) -> StepResult | None:
+        """Called when the model's turn has no tool call. None (the default) ends the episode:
+        the turn was the final answer. A user simulator returns its next message instead."""
+        return None

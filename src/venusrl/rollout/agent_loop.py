@@ -99,8 +99,9 @@ async def run_agent_loop(
         consumed = len(conversation.token_ids)
         calls_tool = bool(parsed.tool_calls or parsed.errors)
         truncated = output.finish_reason == "length" and len(output.output_ids) >= budget
+        continues = not truncated and (calls_tool or env.continues_without_tool_call)
         if observer is not None:
-            observer.turn_ended(output, tool_call=calls_tool and not truncated)
+            observer.turn_ended(output, tool_call=continues)
         rollout.logprobs.extend(output.logprobs)
         record = TurnRecord(len(output.output_ids), tuple(sorted(set(output.weight_versions))),
                             output.finish_reason or "stop", len(parsed.tool_calls), len(parsed.errors))
@@ -108,14 +109,20 @@ async def run_agent_loop(
         if truncated:
             rollout.finish_reason = "max_total_tokens"
             break
-        if not calls_tool:
-            rollout.finish_reason = "done"
-            break
         started = time.monotonic()
-        observations, env_done, failed = await _run_tools(env, parsed.tool_calls, config.tool_timeout_s)
+        if calls_tool:
+            observations, env_done, failed = await _run_tools(env, parsed.tool_calls, config.tool_timeout_s)
+            record.tool_errors += failed
+            observations += [{"role": "user", "content": e.message} for e in parsed.errors]
+        else:
+            reply = await env.respond() if env.continues_without_tool_call else None
+            if reply is None:
+                if continues and observer is not None:  # reported as going on: close the turn
+                    observer.tool_returned(error=False)
+                rollout.finish_reason = "done"
+                break
+            observations, env_done = reply.observations, reply.done
         record.tool_seconds = time.monotonic() - started
-        record.tool_errors += failed
-        observations += [{"role": "user", "content": e.message} for e in parsed.errors]
         added = conversation.add_messages(observations)
         rollout.logprobs.extend([0.0] * len(added))
         if observer is not None:

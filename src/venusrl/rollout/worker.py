@@ -1,7 +1,8 @@
 """RolloutWorker: runs the coordinator's trajectories as agent loops on one engine and
 schedules them per action.
 
-Each trajectory is an asyncio task running `run_agent_loop`. A turn takes a generation slot
+Each trajectory is an asyncio task running `run_agent_loop`, on one engine for its whole
+life (the least loaded when it starts, so its KV stays put). A turn takes a generation slot
 (`SlotScheduler`) only while it generates; a PROMOTED/HIGH turn that finds every slot taken
 preempts a LOW one: the LOW request is aborted in the engine, keeps the tokens it produced,
 waits for a slot again and resumes from there (its prefix is still in the radix cache).
@@ -52,7 +53,7 @@ class RolloutWorker:
     def __init__(
         self,
         coordinator: DataCoordinator,
-        engine: AsyncEngine,
+        engines: AsyncEngine | list[AsyncEngine],
         tokenizer: ChatTokenizer,
         env_factory: Callable[[], Environment],
         config: RolloutConfig,
@@ -61,10 +62,12 @@ class RolloutWorker:
         clock: Callable[[], float] = time.monotonic,
         predictor: BackgroundPredictor | None = None,
     ):
-        self.coordinator, self.engine, self.tokenizer = coordinator, engine, tokenizer
+        self.coordinator, self.tokenizer = coordinator, tokenizer
+        self.engines = engines if isinstance(engines, list) else [engines]
         self.env_factory, self.config, self.clock = env_factory, config, clock
         self.mode = mode
-        self.slots = SlotScheduler(slots, mode)
+        self.slots = [SlotScheduler(slots, mode) for _ in self.engines]  # `slots` per engine
+        self._engine_of: dict[int, int] = {}  # trajectory -> engine index, for its whole life
         self.ready: list[Group] = []
         self.dropped: list[Prompt] = []
         self.preemptions = 0
@@ -126,10 +129,10 @@ class RolloutWorker:
             self._repriorise(decisions.policy)
 
     def _repriorise(self, policy: PriorityPolicy) -> None:
-        for trajectory_id in self._tasks:
+        for trajectory_id, index in self._engine_of.items():
             priority = self._priority(trajectory_id, policy)
-            self.slots.set_priority(trajectory_id, priority)
-            self.engine.call(lambda e, key=str(trajectory_id), p=priority: e.set_priority(key, p))
+            self.slots[index].set_priority(trajectory_id, priority)
+            self.engines[index].call(lambda e, key=str(trajectory_id), p=priority: e.set_priority(key, p))
 
     def _priority(self, trajectory_id: int, policy: PriorityPolicy | None = None) -> Priority:
         trajectory = self.coordinator.trajectory(trajectory_id)
@@ -141,6 +144,10 @@ class RolloutWorker:
 
     async def _run_trajectory(self, trajectory: Trajectory) -> None:
         trajectory_id = trajectory.id
+        loads = [0] * len(self.engines)
+        for index in self._engine_of.values():
+            loads[index] += 1
+        self._engine_of[trajectory_id] = loads.index(min(loads))  # the least-loaded engine
         row = {**trajectory.prompt.metadata, "messages": [dict(m) for m in trajectory.prompt.messages]}
         observer = _CoordinatorReport(self, trajectory_id)
         try:
@@ -158,7 +165,8 @@ class RolloutWorker:
         finally:
             self._queries.pop(trajectory_id, None)
             self._release(trajectory_id, finished=True)
-            self.engine.call(lambda e, key=str(trajectory_id): e.release_trajectory(key))
+            engine = self.engines[self._engine_of.pop(trajectory_id)]
+            engine.call(lambda e, key=str(trajectory_id): e.release_trajectory(key))
             del self._tasks[trajectory_id]
 
     async def _generate(self, prompt_ids: list[int], sampling: SamplingParams, key: str) -> TurnOutput:
@@ -168,8 +176,8 @@ class RolloutWorker:
             await self._acquire(trajectory_id)
             preempt = self._preempt[trajectory_id] = asyncio.Event()
             remaining = replace(sampling, max_new_tokens=sampling.max_new_tokens - len(turn.output_ids))
-            stream = self.engine.generate(prompt_ids + turn.output_ids, remaining,
-                                          self._priority(trajectory_id), key)
+            engine = self.engines[self._engine_of[trajectory_id]]
+            stream = engine.generate(prompt_ids + turn.output_ids, remaining, self._priority(trajectory_id), key)
             last = await _until_done_or(stream, preempt)
             del self._preempt[trajectory_id]
             self._release(trajectory_id, finished=False)
@@ -188,8 +196,9 @@ class RolloutWorker:
         return turn
 
     async def _acquire(self, trajectory_id: int) -> None:
-        while trajectory_id not in self.slots.holders:
-            granted, victim = self.slots.request(trajectory_id, self._priority(trajectory_id))
+        slots = self.slots[self._engine_of[trajectory_id]]
+        while trajectory_id not in slots.holders:
+            granted, victim = slots.request(trajectory_id, self._priority(trajectory_id))
             if victim is not None and victim in self._preempt:
                 self._preempt[victim].set()
             if granted:
@@ -199,7 +208,7 @@ class RolloutWorker:
             self._grants.pop(trajectory_id, None)
 
     def _release(self, trajectory_id: int, finished: bool) -> None:
-        for granted in self.slots.release(trajectory_id, finished):
+        for granted in self.slots[self._engine_of[trajectory_id]].release(trajectory_id, finished):
             self._grants.setdefault(granted, asyncio.Event()).set()
 
 
@@ -211,9 +220,14 @@ async def _until_done_or(stream: AsyncIterator[RequestOutput], preempt: asyncio.
     while True:
         next_output = asyncio.ensure_future(anext(iterator))
         preempted = asyncio.ensure_future(preempt.wait())
-        done, _ = await asyncio.wait({next_output, preempted}, return_when=asyncio.FIRST_COMPLETED)
-        if next_output in done:
+        try:
+            done, _ = await asyncio.wait({next_output, preempted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:  # cancelled from outside (a discarded trajectory): leave no orphan behind
             preempted.cancel()
+            if not next_output.done():
+                next_output.cancel()
+                await asyncio.gather(next_output, return_exceptions=True)
+        if next_output in done:
             try:
                 last = next_output.result()
             except StopAsyncIteration:
@@ -221,8 +235,6 @@ async def _until_done_or(stream: AsyncIterator[RequestOutput], preempt: asyncio.
             if last.finished:
                 return last
             continue
-        next_output.cancel()
-        await asyncio.gather(next_output, return_exceptions=True)
         await stream.aclose()
         return last
 

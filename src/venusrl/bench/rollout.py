@@ -1,0 +1,157 @@
+"""`venusrl bench rollout`: time until B groups are ready, for trajectory-level slots
+(slime), action-level slots (ROLL Flash) and venusrl's priority scheduling, on two engines
+with the tiny model.
+
+The workload: calculator-style prompts whose difficulty (number of turns, 1 to 8) is shared
+by the group; after every model turn the environment answers after a tool latency drawn from
+an exponential distribution (mean stated in the output), as a tool or a user simulator would.
+The random tiny model's text is not the point: its turns cost real forward passes and real KV.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.progress import Progress
+
+from venusrl.coordinator.config import CoordinatorConfig, PredictorConfig
+from venusrl.coordinator.coordinator import DataCoordinator
+from venusrl.coordinator.predictors import BackgroundPredictor, make_predictor
+from venusrl.engine.async_engine import AsyncEngine
+from venusrl.engine.config import EngineConfig
+from venusrl.engine.engine import Engine
+from venusrl.env.base import Environment, Episode, StepResult
+from venusrl.env.calculator import CALCULATE_TOOL, SYSTEM_PROMPT, generate_dataset
+from venusrl.model.tiny import make_tiny_model
+from venusrl.rollout.config import RolloutConfig
+from venusrl.rollout.worker import RolloutWorker
+from venusrl.types import Prompt
+
+
+@dataclass(slots=True, frozen=True)
+class RolloutCase:
+    batch_groups: int  # B
+    group_size: int  # K
+    async_factor: float
+    engines: int
+    slots_per_engine: int
+    kv_tokens_per_engine: int
+    tokens_per_turn: int
+    tool_latency_mean_s: float  # exponential
+    max_turns: int
+    seed: int = 0
+
+
+class WorkloadEnv(Environment):
+    """Answers every turn (tool call or not) after a random latency until the prompt's turns
+    are used up. `turns` is the prompt's difficulty."""
+
+    continues_without_tool_call = True
+    required_fields = ("turns", "latency_mean_s")
+
+    def __init__(self) -> None:
+        self.rng = random.Random()
+        self.turns_left = 0
+        self.latency_mean_s = 0.0
+
+    async def reset(self, row: dict[str, Any], sandbox: Any = None):
+        self.check_row(row)
+        self.rng.seed(f"{row['id']}-{id(self)}")
+        self.turns_left, self.latency_mean_s = row["turns"], row["latency_mean_s"]
+        return [{"role": "system", "content": SYSTEM_PROMPT}, *row["messages"]], [CALCULATE_TOOL]
+
+    async def _after_latency(self, messages: list[dict[str, Any]]) -> StepResult:
+        await asyncio.sleep(self.rng.expovariate(1.0 / self.latency_mean_s))
+        self.turns_left -= 1
+        return StepResult(messages, done=self.turns_left <= 0)
+
+    async def step(self, tool_calls):
+        return await self._after_latency([{"role": "tool", "tool_call_id": c["id"], "content": "42"} for c in tool_calls])
+
+    async def respond(self):
+        return await self._after_latency([{"role": "user", "content": "Go on."}])
+
+    def reward(self, episode: Episode) -> float:
+        return 0.0
+
+
+def _prompts(case: RolloutCase, count: int) -> list[Prompt]:
+    rng = random.Random(case.seed)
+    rows = generate_dataset(count, seed=case.seed)
+    return [Prompt(id=row["id"], messages=({"role": "user", "content": row["question"]},),
+                   metadata={**row, "turns": rng.randint(1, case.max_turns), "latency_mean_s": case.tool_latency_mean_s})
+            for row in rows]
+
+
+async def _time_to_batch(model_dir: Path, case: RolloutCase, mode: str) -> dict[str, float]:
+    engines = [Engine.from_pretrained(model_dir, EngineConfig(kv_capacity_tokens=case.kv_tokens_per_engine, page_size=1))
+               for _ in range(case.engines)]
+    async_engines = [AsyncEngine(e) for e in engines]
+    policy = "length_prediction" if mode == "priority" else "fcfs"
+    coordinator = DataCoordinator(
+        CoordinatorConfig(group_size=case.group_size, batch_groups=case.batch_groups, async_factor=case.async_factor,
+                          policy=policy, prior_tool_seconds=case.tool_latency_mean_s),
+        _prompts(case, 4 * case.batch_groups),
+    )
+    predictor = BackgroundPredictor(make_predictor(PredictorConfig(kind="group_history"))) if mode == "priority" else None
+    config = RolloutConfig(max_turns=case.max_turns + 1, max_new_tokens_per_turn=case.tokens_per_turn, temperature=1.0)
+    worker = RolloutWorker(coordinator, async_engines, engines[0].tokenizer, WorkloadEnv, config,
+                           slots=case.slots_per_engine, mode=mode, predictor=predictor)
+    started = time.perf_counter()
+    try:
+        await worker.run(groups=case.batch_groups)
+    finally:
+        for e in async_engines:
+            await e.shutdown()
+        if predictor is not None:
+            predictor.close()
+    seconds = time.perf_counter() - started
+    stats = [e.stats() for e in engines]
+    return {
+        "time_to_batch_s": seconds,
+        "groups_per_minute": case.batch_groups / seconds * 60,
+        "preemptions": worker.preemptions,
+        "hit_rate": sum(s["cached_tokens"] for s in stats) / max(1, sum(s["prompt_tokens"] for s in stats)),
+        "recomputed_tokens": sum(s["recomputed_tokens"] for s in stats),
+    }
+
+
+MODES = {"trajectory_level": "trajectory_level", "action_level": "action_level", "venus": "priority"}
+# Generation slots are the contended resource (the regime the paper targets): a turn wants
+# its slot about as long as its tool call takes, and there are several times more
+# trajectories in flight than slots.
+QUICK = RolloutCase(batch_groups=4, group_size=4, async_factor=1.5, engines=2, slots_per_engine=2,
+                    kv_tokens_per_engine=4000, tokens_per_turn=24, tool_latency_mean_s=0.2, max_turns=6)
+FULL = RolloutCase(batch_groups=8, group_size=4, async_factor=1.5, engines=2, slots_per_engine=3,
+                   kv_tokens_per_engine=6000, tokens_per_turn=32, tool_latency_mean_s=0.2, max_turns=8)
+
+
+def run(quick: bool) -> dict[str, Any]:
+    case = QUICK if quick else FULL
+    torch.set_num_threads(1)  # one core per engine thread
+    result: dict[str, Any] = {"case": asdict(case), "tool_latency": f"exponential, mean {case.tool_latency_mean_s}s"}
+    with tempfile.TemporaryDirectory() as tmp, Progress() as progress:
+        model_dir = make_tiny_model(Path(tmp) / "model", seed=1)
+        task = progress.add_task("rollout bench", total=len(MODES))
+        for name, mode in MODES.items():
+            result[name] = asyncio.run(_time_to_batch(model_dir, case, mode))
+            progress.advance(task)
+    venus = result["venus"]["time_to_batch_s"]
+    result["speedup_vs_action_level"] = result["action_level"]["time_to_batch_s"] / venus
+    result["speedup_vs_trajectory_level"] = result["trajectory_level"]["time_to_batch_s"] / venus
+    return result
+
+
+def main(quick: bool, json_out: Path | None) -> None:
+    text = json.dumps(run(quick), indent=2)
+    if json_out:
+        json_out.write_text(text)
+    print(text)
