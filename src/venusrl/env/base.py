@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,8 +54,8 @@ class Environment(ABC):
         ...
 
     @abstractmethod
-    def reward(self, episode: Episode) -> float:
-        ...
+    def reward(self, episode: Episode) -> float | Awaitable[float]:
+        """Sync, or async when scoring needs the sandbox (running the tests, say)."""
 
     async def respond(self) -> StepResult | None:
         """Called when the model's turn has no tool call. None (the default) ends the episode:

@@ -11,6 +11,7 @@ from venusrl.env.base import Environment
 _BUILTIN = {
     "calculator": "venusrl.env.calculator:CalculatorEnv",
     "python": "venusrl.env.python_exec:PythonEnv",
+    "swe-lite": "venusrl.env.swe_lite:SweLiteEnv",
 }
 
 

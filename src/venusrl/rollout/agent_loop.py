@@ -7,6 +7,7 @@ turn. Malformed calls, tool errors and timeouts become observations; truncation 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -133,7 +134,8 @@ async def run_agent_loop(
     episode = Episode(row, conversation.messages, rollout.finish_reason,
                       tool_calls=sum(t.tool_calls for t in rollout.turns),
                       tool_errors=sum(t.tool_errors for t in rollout.turns))
-    rollout.reward = env.reward(episode)
+    reward = env.reward(episode)
+    rollout.reward = float(await reward if inspect.isawaitable(reward) else reward)
     log.info("trajectory %s finished (%s): %d turns, %d tokens, reward %.3f", trajectory_id,
              rollout.finish_reason, len(rollout.turns), len(rollout.token_ids), rollout.reward)
     return rollout
