@@ -7,9 +7,9 @@ import subprocess
 import sys
 
 import pytest
-
 from tests.rollout.scripted import Scripted
 from tests.sandbox.cluster_helpers import MiB, make_cluster
+
 from venusrl.env.swe_lite import _FUNCTIONS, SweLiteEnv, generate_dataset
 from venusrl.model.chat import load_tokenizer
 from venusrl.rollout.agent_loop import run_agent_loop
