@@ -198,7 +198,10 @@ class Engine:
         return self.tokenizer.encode(self.tokenizer.render(prompt, tools, add_generation_prompt=True))
 
     def _hits_stop_string(self, tracked: _Tracked) -> bool:
-        text = self.tokenizer.decode(tracked.output_ids)
+        """Checked after every token, so a stop string can only end in the newest token: the
+        tail that could hold it is enough (a character is at most 4 byte-level tokens)."""
+        window = 4 * max(len(s) for s in tracked.stop) + 4
+        text = self.tokenizer.decode(tracked.output_ids[-window:])
         return any(s in text for s in tracked.stop)
 
     def _delta(self, request_id: str, finished: bool, reason: str | None) -> RequestOutput:

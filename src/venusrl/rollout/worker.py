@@ -81,12 +81,13 @@ class RolloutWorker:
     async def run(self, groups: int) -> list[Group]:
         """Run until `groups` groups are ready for the trainer (or the dataset is done)."""
         self._apply(self.coordinator.start(self.clock()))
-        poller = asyncio.create_task(self._poll_predictions()) if self.predictor is not None else None
+        background = [asyncio.create_task(self._poll_predictions())] if self.predictor is not None else []
         while len(self.ready) < groups and self._tasks:
             await asyncio.wait(list(self._tasks.values()), return_when=asyncio.FIRST_COMPLETED)
-        for task in [*self._tasks.values(), *([poller] if poller else [])]:
+        leftover = [*self._tasks.values(), *background]  # trajectories past the batch, the poller
+        for task in leftover:
             task.cancel()
-        await asyncio.gather(*self._tasks.values(), *([poller] if poller else []), return_exceptions=True)
+        await asyncio.gather(*leftover, return_exceptions=True)
         return self.ready
 
     # ---- length predictions (off the critical path) ------------------------------------------
