@@ -111,3 +111,35 @@ def test_predictions_reach_the_coordinator_and_finished_trajectories_train_the_p
         assert predictor.predictor.predict(seen) <= 48
     finally:
         predictor.close()
+
+
+def test_a_waiting_high_turn_moves_to_another_engine_with_its_prefix(tiny_model_dir):
+    from venusrl.types import Priority, SamplingParams
+
+    engines = [Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=4096, page_size=1)) for _ in range(2)]
+    coordinator = DataCoordinator(CoordinatorConfig(group_size=1, batch_groups=2), prompts(2))
+    started = coordinator.start(0.0).start
+    waiting_id, holder_id = started[0].id, started[1].id
+    prompt = list(range(30, 130))
+    coordinator.on_turn_start(waiting_id, 0.0, prompt)
+    engines[0].generate([prompt], SamplingParams(max_new_tokens=4, temperature=0, stop_token_ids=(-1,)))
+
+    async def main():
+        async_engines = [AsyncEngine(e) for e in engines]
+        try:
+            worker = RolloutWorker(coordinator, async_engines, engines[0].tokenizer, CalculatorEnv, RolloutConfig(), slots=1)
+            worker._priority = lambda trajectory_id, policy=None: Priority.HIGH
+            worker._engine_of.update({waiting_id: 0, holder_id: 0})
+            worker.slots[0].request(holder_id, Priority.HIGH)
+            assert worker.slots[0].request(waiting_id, Priority.HIGH) == (False, None)
+            await worker._move(waiting_id, 0, 1)
+            return worker
+        finally:
+            for e in async_engines:
+                await e.shutdown()
+
+    worker = asyncio.run(main())
+    assert worker.migrations == 1 and worker._engine_of[waiting_id] == 1
+    assert waiting_id not in worker.slots[0].waiting and worker._grants[waiting_id].is_set()
+    cached, _ = engines[1].export_prefix(prompt)
+    assert cached == len(prompt), "the target engine holds the moved prefix"

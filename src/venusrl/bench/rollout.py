@@ -119,6 +119,7 @@ async def _time_to_batch(model_dir: Path, case: RolloutCase, mode: str) -> dict[
         "time_to_batch_s": seconds,
         "groups_per_minute": case.batch_groups / seconds * 60,
         "preemptions": worker.preemptions,
+        "migrations": worker.migrations,
         "hit_rate": sum(s["cached_tokens"] for s in stats) / max(1, sum(s["prompt_tokens"] for s in stats)),
         "recomputed_tokens": sum(s["recomputed_tokens"] for s in stats),
     }

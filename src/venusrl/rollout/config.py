@@ -15,3 +15,6 @@ class RolloutConfig(Section):
     tool_timeout_s: float = Field(30.0, gt=0, description="per tool step; a timeout becomes an observation")
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
+    orchestration_threshold: float = Field(
+        0.9, gt=0, description="HIGH KV pressure past which an engine's waiting HIGH turns move to another engine")
+    orchestration_interval_s: float = Field(0.1, gt=0, description="how often engine pressure is checked")

@@ -32,6 +32,7 @@ from venusrl.env.base import Environment
 from venusrl.model.chat import ChatTokenizer
 from venusrl.rollout.agent_loop import TurnOutput, run_agent_loop
 from venusrl.rollout.config import RolloutConfig
+from venusrl.rollout.orchestrator import choose_moves
 from venusrl.rollout.slots import SlotMode, SlotScheduler
 from venusrl.types import Group, Priority, Prompt, SamplingParams, Trajectory
 
@@ -72,6 +73,7 @@ class RolloutWorker:
         self.dropped: list[Prompt] = []
         self.preemptions = 0
         self.predictions = 0
+        self.migrations = 0
         self.predictor = predictor
         self._queries: dict[int, list[PredictionQuery]] = {}  # per trajectory, for online learning
         self._tasks: dict[int, asyncio.Task] = {}
@@ -82,6 +84,8 @@ class RolloutWorker:
         """Run until `groups` groups are ready for the trainer (or the dataset is done)."""
         self._apply(self.coordinator.start(self.clock()))
         background = [asyncio.create_task(self._poll_predictions())] if self.predictor is not None else []
+        if len(self.engines) > 1 and self.mode == "priority":
+            background.append(asyncio.create_task(self._orchestrate()))
         while len(self.ready) < groups and self._tasks:
             await asyncio.wait(list(self._tasks.values()), return_when=asyncio.FIRST_COMPLETED)
         leftover = [*self._tasks.values(), *background]  # trajectories past the batch, the poller
@@ -141,6 +145,44 @@ class RolloutWorker:
             return Priority.LOW
         return (policy or self.coordinator.policy).priority(trajectory.group_id, trajectory_id)
 
+    # ---- request orchestration across engines (paper §4.3) ------------------------------------
+
+    async def _orchestrate(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.orchestration_interval_s)
+            pressure, capacity, waiting = {}, {}, {}
+            for index, engine in enumerate(self.engines):
+                pressure[index], capacity[index] = await engine.acall(
+                    lambda e: (e.stats()["high_pressure"], e.config.kv_capacity_tokens))
+                waiting[index] = [(tid, len(self.coordinator.trajectory(tid).token_ids))
+                                  for tid in self.slots[index].waiting
+                                  if self.slots[index].priorities.get(tid, Priority.LOW) < Priority.LOW
+                                  and self.coordinator.trajectory(tid) is not None]
+            for move in choose_moves(pressure, capacity, waiting, self.config.orchestration_threshold):
+                await self._move(move.request, move.source, move.target)
+
+    async def _move(self, trajectory_id: int, source: int, target: int) -> None:
+        """Move a trajectory waiting for a slot on `source` to `target`, with its prefix KV."""
+        token_ids = list(self.coordinator.trajectory(trajectory_id).token_ids)
+        key = str(trajectory_id)
+        exported, kv = await self.engines[source].acall(lambda e: e.export_prefix(token_ids))
+        if trajectory_id not in self.slots[source].waiting or self._engine_of.get(trajectory_id) != source:
+            return  # granted (or gone) while the KV was copied: it stays where it is
+        priority = self._priority(trajectory_id)
+
+        def adopt(engine) -> None:  # the trajectory is live on the target before its KV lands
+            engine.start_trajectory(key, priority)
+            if exported:
+                engine.import_prefix(token_ids[:exported], kv, key)
+
+        await self.engines[target].acall(adopt)
+        self.engines[source].call(lambda e: e.release_trajectory(key))
+        self.slots[source].release(trajectory_id, finished=True)
+        self._engine_of[trajectory_id] = target
+        self._grants.setdefault(trajectory_id, asyncio.Event()).set()  # re-request on the target
+        self.migrations += 1
+        log.info("trajectory %d moved from engine %d to %d with %d prefix tokens", trajectory_id, source, target, exported)
+
     # ---- one trajectory --------------------------------------------------------------------
 
     async def _run_trajectory(self, trajectory: Trajectory) -> None:
@@ -197,8 +239,10 @@ class RolloutWorker:
         return turn
 
     async def _acquire(self, trajectory_id: int) -> None:
-        slots = self.slots[self._engine_of[trajectory_id]]
-        while trajectory_id not in slots.holders:
+        while True:
+            slots = self.slots[self._engine_of[trajectory_id]]  # re-read: a move changes it
+            if trajectory_id in slots.holders:
+                return
             granted, victim = slots.request(trajectory_id, self._priority(trajectory_id))
             if victim is not None and victim in self._preempt:
                 self._preempt[victim].set()
