@@ -95,9 +95,7 @@ async def _rollouts(engine: Engine, rows: list[dict], group_size: int, config: R
 def _compare_with_transformers(model_dir: Path, engine: Engine) -> float:
     import transformers
 
-    from venusrl.model.checkpoint import load_model
-
-    ours = load_model(model_dir)
+    ours = engine.runner.model
     reference = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     ids = torch.arange(0, 200)[None] % ours.args.vocab_size
     with torch.no_grad():

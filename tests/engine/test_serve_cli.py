@@ -1,22 +1,16 @@
 """`venusrl serve` as a user starts it: a real process, a real port, an API key."""
 
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tests.ports import free_port
 
 
 def test_serve_process_answers_and_logs(tiny_model_dir, tmp_path):
-    port = _free_port()
+    port = free_port()
     script = Path(sys.executable).parent / "venusrl"
     log = (tmp_path / "serve.log").open("w")
     process = subprocess.Popen(

@@ -1,7 +1,6 @@
 """`venusrl serve` over real HTTP, driven by the official openai client."""
 
 import json
-import socket
 import threading
 import time
 
@@ -10,6 +9,7 @@ import openai
 import pytest
 import uvicorn
 from tests.engine.tool_model import ADD_TOOL, TOOL_PROMPT
+from tests.ports import free_port
 
 from venusrl.engine.async_engine import AsyncEngine
 from venusrl.engine.config import EngineConfig
@@ -19,18 +19,12 @@ from venusrl.engine.server import create_app
 API_KEY = "test-key"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(tool_calling_model_dir):
     engine = Engine.from_pretrained(tool_calling_model_dir, EngineConfig(kv_capacity_tokens=8192, page_size=4))
     async_engine = AsyncEngine(engine)
     app = create_app(async_engine, engine.tokenizer, "tiny", api_key=API_KEY)
-    port = _free_port()
+    port = free_port()
     uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=uv.run, daemon=True)
     thread.start()

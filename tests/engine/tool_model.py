@@ -20,7 +20,7 @@ def teach_tool_call(path):
     path = make_tiny_model(path, seed=4)
     tokenizer = load_tokenizer(path)
     model = load_model(path).train()
-    prompt = tokenizer.encode(tokenizer.render(TOOL_PROMPT, [ADD_TOOL], add_generation_prompt=True))
+    prompt = tokenizer.encode_chat(TOOL_PROMPT, [ADD_TOOL])
     target = tokenizer.encode(TOOL_REPLY) + [tokenizer.eos_token_ids[0]]
     ids = torch.tensor([prompt + target])
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)

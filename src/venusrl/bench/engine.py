@@ -3,7 +3,6 @@ hit rate of a multi-turn agentic workload under a tight KV budget for each cache
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import tempfile
@@ -14,6 +13,7 @@ from pathlib import Path
 import torch
 from rich.progress import Progress
 
+from venusrl.bench.report import emit
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
 from venusrl.model.checkpoint import load_model
@@ -193,8 +193,4 @@ def run(quick: bool) -> dict[str, object]:
 
 
 def main(quick: bool, json_out: Path | None) -> None:
-    result = run(quick)
-    text = json.dumps(result, indent=2)
-    if json_out:
-        json_out.write_text(text)
-    print(text)
+    emit(run(quick), json_out)

@@ -10,7 +10,6 @@ With --data, the JSONL of (messages, remaining_tokens) rows is split by prompt i
 
 from __future__ import annotations
 
-import json
 import logging
 import tempfile
 import time
@@ -20,6 +19,7 @@ from typing import Any
 
 import typer
 
+from venusrl.bench.report import emit
 from venusrl.coordinator.predictors import PREDICTORS, GroupHistoryPredictor, LearnedPredictor
 from venusrl.coordinator.predictors.evaluate import accuracy, latency
 from venusrl.coordinator.predictors.examples_io import read_examples
@@ -104,7 +104,4 @@ def main(quick: bool, json_out: Path | None, data: Path | None, predictors: str,
     unknown = [k for k in kinds if k not in PREDICTORS]
     if unknown or not kinds:
         raise typer.BadParameter(f"unknown predictors {unknown} (known: {', '.join(PREDICTORS)})", param_hint="--predictors")
-    text = json.dumps(run(quick, data, kinds, lm_model), indent=2)
-    if json_out:
-        json_out.write_text(text + "\n")
-    typer.echo(text)
+    emit(run(quick, data, kinds, lm_model), json_out)

@@ -11,7 +11,6 @@ The random tiny model's text is not the point: its turns cost real forward passe
 from __future__ import annotations
 
 import asyncio
-import json
 import random
 import tempfile
 import time
@@ -22,6 +21,7 @@ from typing import Any
 import torch
 from rich.progress import Progress
 
+from venusrl.bench.report import emit
 from venusrl.coordinator.config import CoordinatorConfig, PredictorConfig
 from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.coordinator.predictors import BackgroundPredictor, make_predictor
@@ -152,7 +152,4 @@ def run(quick: bool) -> dict[str, Any]:
 
 
 def main(quick: bool, json_out: Path | None) -> None:
-    text = json.dumps(run(quick), indent=2)
-    if json_out:
-        json_out.write_text(text)
-    print(text)
+    emit(run(quick), json_out)

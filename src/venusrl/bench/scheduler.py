@@ -8,7 +8,6 @@ are ready the trainer steps. Only the coordinator calls are timed.
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import time
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 import typer
 
+from venusrl.bench.report import emit
 from venusrl.coordinator import CoordinatorConfig, DataCoordinator, make_rule
 from venusrl.coordinator.policies import RULES
 from venusrl.types import Prompt, TrajectoryStatus
@@ -157,8 +157,4 @@ def main(
     unknown = [p for p in names if p not in RULES]
     if unknown or not names:
         raise typer.BadParameter(f"unknown policies {unknown} (known: {', '.join(RULES)})", param_hint="--policies")
-    result = run(groups, group_size, events or (20_000 if quick else 200_000), names, seed)
-    text = json.dumps(result, indent=2)
-    if json_out:
-        json_out.write_text(text + "\n")
-    typer.echo(text)
+    emit(run(groups, group_size, events or (20_000 if quick else 200_000), names, seed), json_out)

@@ -195,7 +195,7 @@ class Engine:
             return prompt
         if self.tokenizer is None:
             raise ValueError("chat messages need an engine with a tokenizer; pass token ids instead")
-        return self.tokenizer.encode(self.tokenizer.render(prompt, tools, add_generation_prompt=True))
+        return self.tokenizer.encode_chat(prompt, tools)
 
     def _hits_stop_string(self, tracked: _Tracked) -> bool:
         """Checked after every token, so a stop string can only end in the newest token: the

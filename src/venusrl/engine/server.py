@@ -92,7 +92,7 @@ def create_app(
     async def chat_completions(body: ChatCompletionRequest, request: Request):
         tools = None if body.tool_choice == "none" else body.tools
         try:
-            prompt_ids = tokenizer.encode(tokenizer.render(body.messages, tools, add_generation_prompt=True))
+            prompt_ids = tokenizer.encode_chat(body.messages, tools)
         except (ValueError, TypeError) as err:
             return error_response(400, str(err), param="messages")
         if body.max_completion_tokens:

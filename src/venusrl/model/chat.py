@@ -31,6 +31,10 @@ class ChatTokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
         return self.hf.decode(ids, skip_special_tokens=skip_special_tokens, clean_up_tokenization_spaces=False)
 
+    def encode_chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """Prompt ids of a conversation, ending with the generation prompt."""
+        return self.encode(self.render(messages, tools, add_generation_prompt=True))
+
     def render(
         self,
         messages: list[dict[str, Any]],

@@ -57,9 +57,7 @@ def generate_cmd(
     tool_schemas = json.loads(tools.read_text()) if tools else None
     tokenizer = load_tokenizer(model)
     policy = load_model(model)
-    prompt_ids = tokenizer.encode(
-        tokenizer.render([{"role": "user", "content": prompt}], tools=tool_schemas, add_generation_prompt=True)
-    )
+    prompt_ids = tokenizer.encode_chat([{"role": "user", "content": prompt}], tool_schemas)
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     out = generate(policy, prompt_ids, params)
     text = tokenizer.decode(out.token_ids, skip_special_tokens=False)

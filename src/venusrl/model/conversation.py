@@ -56,8 +56,7 @@ class Conversation:
         cls, tokenizer: ChatTokenizer, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
     ) -> Conversation:
         conversation = cls(tokenizer, tools, [dict(m) for m in messages])
-        prompt = tokenizer.render(conversation.messages, tools, add_generation_prompt=True)
-        conversation._append(tokenizer.encode(prompt), generated=False)
+        conversation._append(tokenizer.encode_chat(conversation.messages, tools), generated=False)
         return conversation
 
     def add_assistant_turn(self, generated_ids: list[int], id_prefix: str = "call") -> ParsedTurn:

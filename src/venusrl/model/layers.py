@@ -62,7 +62,8 @@ class Attention(nn.Module):
         self.fused_qkv: tuple[torch.Tensor, torch.Tensor | None] | None = None
 
     def fuse(self) -> None:
-        self.fused_qkv = fuse_linears([self.q_proj, self.k_proj, self.v_proj])
+        if self.fused_qkv is None:
+            self.fused_qkv = fuse_linears([self.q_proj, self.k_proj, self.v_proj])
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, context: AttentionContext) -> torch.Tensor:
         batch, seq, _ = x.shape
@@ -93,7 +94,8 @@ class MLP(nn.Module):
         self.fused_gate_up: tuple[torch.Tensor, torch.Tensor | None] | None = None
 
     def fuse(self) -> None:
-        self.fused_gate_up = fuse_linears([self.gate_proj, self.up_proj])
+        if self.fused_gate_up is None:
+            self.fused_gate_up = fuse_linears([self.gate_proj, self.up_proj])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused_gate_up is None:

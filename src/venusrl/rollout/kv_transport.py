@@ -16,8 +16,7 @@ from typing import Protocol
 import torch
 
 from venusrl.engine.kv_pool import HostKV
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+from venusrl.model.checkpoint import resolve_dtype
 
 
 class KVTransport(Protocol):
@@ -47,7 +46,7 @@ def _read_exact(stream, count: int) -> bytes:
 
 def _decode(stream) -> tuple[list[int], HostKV]:
     header = json.loads(stream.readline())
-    dtype = _DTYPES[header["dtype"]]
+    dtype = resolve_dtype(header["dtype"])
     shape = header["shape"]
     count = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
     k, v = (torch.frombuffer(bytearray(_read_exact(stream, count)), dtype=dtype).view(shape) for _ in range(2))
