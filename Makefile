@@ -26,7 +26,7 @@ system-deps:
 	fi
 
 demo: install system-deps
-	$(VENV)/bin/venusrl demo
+	$(VENV)/bin/venusrl demo examples/demo.yaml
 
 test: install system-deps
 	$(PYTEST) -m "not slow"

@@ -1,16 +1,25 @@
-"""`make demo` must keep working: the demo's path run small."""
+"""`make demo` must keep working: the demo's whole path (tiny model, SFT warm start, GRPO
+with the venus scheduler, held-out evaluation) run small."""
 
 import json
+from pathlib import Path
 
+from venusrl.config import load_config
 from venusrl.demo import run_demo
 
+DEMO_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "demo.yaml"
 
-def test_demo_runs_rollouts_on_the_engine(tmp_path):
-    summary = run_demo(tmp_path, groups=1, group_size=2)
+
+def test_demo_config_runs_end_to_end_small(tmp_path):
+    config = load_config(DEMO_CONFIG, [
+        f"demo.workdir={tmp_path}", "demo.model_hidden=32", "demo.model_layers=1", "demo.sft_examples=8",
+        "demo.sft_epochs=1", "data.generate_train=8", "data.generate_eval=4", "trainer.steps=2",
+        "coordinator.group_size=2", "coordinator.batch_groups=2", "rollout.max_new_tokens_per_turn=16"])
+    summary = run_demo(config, progress=False)
     assert summary["parity_max_abs_diff"] < 1e-4
-    assert [t["id"] for t in summary["trajectories"]] == ["g0-t0", "g0-t1"]
-    assert all(t["generated_tokens"] > 0 and t["tokens"] > t["generated_tokens"] for t in summary["trajectories"])
-    # every prompt token of every turn went through the engine's admission
-    first_prompts = sum(t["tokens"] - t["generated_tokens"] for t in summary["trajectories"])
-    assert summary["engine"]["prompt_tokens"] >= first_prompts > 0
-    assert json.loads((tmp_path / "demo.json").read_text()) == summary
+    assert summary["steps"] == 2 and summary["scheduler"] == "venus"
+    assert 0.0 <= summary["accuracy_before"] <= 1.0 and 0.0 <= summary["accuracy_after"] <= 1.0
+    assert summary["wall_s"] >= summary["train_wall_s"] > 0
+    run_dir = Path(summary["run_dir"])
+    assert json.loads((run_dir / "summary.json").read_text()) == summary
+    assert (tmp_path / "sft" / "model.safetensors").exists()

@@ -12,10 +12,13 @@ from venusrl.bench.cli import bench_app
 from venusrl.cli_support import load_config_or_exit
 from venusrl.coordinator.cli import predictor_app
 from venusrl.engine.cli import serve
-from venusrl.logs import setup_logging
+from venusrl.metrics.cli import report
 from venusrl.model.cli import model_app
+from venusrl.runtime.cli import train
 from venusrl.sandbox.cli import bench as sandbox_bench
 from venusrl.sandbox.cli import sandbox_app
+from venusrl.sim.cli import simulate
+from venusrl.trainer.cli import sft
 
 app = typer.Typer(help="venusrl: agentic RL training through multi-turn tool use.", no_args_is_help=True)
 app.add_typer(model_app, name="model")
@@ -24,6 +27,10 @@ app.add_typer(sandbox_app, name="sandbox")
 bench_app.command("sandbox")(sandbox_bench)
 app.add_typer(predictor_app, name="predictor")
 app.command("serve")(serve)
+app.command("train")(train)
+app.command("report")(report)
+app.command("sft")(sft)
+app.command("simulate")(simulate)
 
 config_app = typer.Typer(help="Inspect configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
@@ -41,16 +48,18 @@ def config_show(
 
 @app.command()
 def demo(
-    workdir: Annotated[Path, typer.Option(help="where the tiny model and demo.json go")] = Path("runs/demo"),
-    groups: int = 2,
-    group_size: int = 4,
-    seed: int = 0,
+    config_path: Annotated[Path, typer.Argument(metavar="CONFIG.yaml", help="demo configuration")] = Path("examples/demo.yaml"),
+    overrides: Annotated[list[str] | None, typer.Argument(help="dotted key=value overrides, e.g. scheduler.policy=action_level")] = None,
+    progress: Annotated[bool, typer.Option(help="show progress bars")] = True,
 ) -> None:
-    """Build the tiny model and run groups of calculator rollouts on the engine."""
+    """Build a tiny model, warm-start it with SFT, train it with GRPO on the calculator task,
+    and report held-out accuracy before and after."""
     from venusrl.demo import run_demo
 
-    setup_logging("WARNING")
-    run_demo(workdir, groups=groups, group_size=group_size, seed=seed)
+    if not config_path.exists():
+        typer.echo(f"error: {config_path}: no such demo configuration (run from the repository root)", err=True)
+        raise typer.Exit(2)
+    run_demo(load_config_or_exit(config_path, overrides), progress=progress)
 
 
 def main() -> None:

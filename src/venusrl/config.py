@@ -16,10 +16,14 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError
 
 from venusrl.coordinator.config import CoordinatorConfig, PredictorConfig
+from venusrl.demo_config import DemoConfig
 from venusrl.engine.config import EngineConfig
+from venusrl.metrics.config import MetricsConfig
 from venusrl.rollout.config import RolloutConfig
+from venusrl.runtime.config import DataConfig, SchedulerConfig
 from venusrl.sandbox.config import SandboxConfig
 from venusrl.schema import Section
+from venusrl.trainer.config import TrainerConfig
 
 
 class ConfigError(ValueError):
@@ -37,6 +41,7 @@ class RunConfig(Section):
     seed: int = 0
     run_dir: str | None = Field(None, description="default: runs/NAME-TIMESTAMP")
     runtime: Literal["local", "ray"] = "local"
+    ray_address: str | None = Field(None, description="Ray cluster to join (runtime: ray); default: start one on this machine")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
 
 
@@ -48,6 +53,11 @@ class Config(Section):
     run: RunConfig = RunConfig()
     sandbox: SandboxConfig = SandboxConfig()
     rollout: RolloutConfig = RolloutConfig()
+    scheduler: SchedulerConfig = SchedulerConfig()
+    trainer: TrainerConfig = TrainerConfig()
+    data: DataConfig = DataConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    demo: DemoConfig = DemoConfig()
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:

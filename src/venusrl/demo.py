@@ -1,102 +1,72 @@
-"""`venusrl demo`: the most complete real path that exists, end to end on the tiny model.
+"""`venusrl demo` (behind `make demo`): the whole product on a tiny model, on CPU.
 
-Builds a tiny Hugging Face model, checks our forward pass against transformers on it, then
-runs groups of calculator trajectories concurrently: agent loops generating turns on the
-rollout engine (continuous batching, radix cache, HIGH groups before LOW), parsing tool
-calls, running the calculator tool and feeding results back. The model is random (it rarely
-calls the tool, so most trajectories end after one turn) and the rewards are not the point;
-the tokens, masks, log-probs and cache figures are real.
+1. Build a tiny Qwen3-architecture model (random weights, byte-level tokenizer) and check
+   our forward pass against transformers on it.
+2. Warm-start it with SFT on generated calculator demonstrations (tool call per operation,
+   then 'Answer: N'), so it knows the format and sometimes gets the numbers right.
+3. Train it with GRPO through multi-turn tool use with `venusrl train`'s loop: streaming
+   trainer, rollout engine, coordinator and the configured scheduler.
+4. Report held-out accuracy (greedy) before and after RL, and the wall time, in
+   RUN_DIR/summary.json.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
+import time
 from pathlib import Path
 
 import torch
 from rich.console import Console
-from rich.progress import Progress
 
-from venusrl.engine.async_engine import AsyncEngine
-from venusrl.engine.config import EngineConfig
-from venusrl.engine.engine import Engine
-from venusrl.env.calculator import CalculatorEnv, generate_dataset
+from venusrl.config import Config
+from venusrl.env.calculator import CALCULATE_TOOL, demonstration, generate_dataset
+from venusrl.model.chat import load_tokenizer
+from venusrl.model.checkpoint import load_model
 from venusrl.model.tiny import make_tiny_model
-from venusrl.rollout.agent_loop import Rollout, run_agent_loop
-from venusrl.rollout.config import RolloutConfig
-from venusrl.rollout.generate import engine_generate
-from venusrl.types import Priority
+from venusrl.runtime.cli import run_training
+from venusrl.trainer.sft import sft_examples, train_sft
 
 log = logging.getLogger(__name__)
 
 
-def run_demo(workdir: Path, groups: int = 2, group_size: int = 4, seed: int = 0) -> dict:
-    console = Console()
-    model_dir = workdir / "model"
-    with console.status("building the tiny model"):
-        make_tiny_model(model_dir, seed=seed)
-    console.print(f"[bold]model[/] {model_dir} (Qwen3 architecture, random weights)")
-    engine = Engine.from_pretrained(model_dir, EngineConfig(kv_capacity_tokens=32768, page_size=1))
-    max_diff = _compare_with_transformers(model_dir, engine)
-    console.print(f"[bold]parity[/] max |logit difference| vs transformers: {max_diff:.2e}")
+def run_demo(config: Config, progress: bool = True) -> dict:
+    console = Console(stderr=True)
+    demo = config.demo
+    workdir = Path(demo.workdir)
+    started = time.monotonic()
+    base_dir, sft_dir = workdir / "model", workdir / "sft"
+    make_tiny_model(base_dir, hidden=demo.model_hidden, layers=demo.model_layers, heads=demo.model_heads,
+                    kv_heads=demo.model_kv_heads, rope_theta=demo.rope_theta, seed=config.run.seed)
+    max_diff = parity_with_transformers(base_dir)
+    console.print(f"[bold]model[/] {base_dir}: Qwen3 architecture, {demo.model_layers} layers x {demo.model_hidden}; "
+                  f"max |logit difference| vs transformers {max_diff:.1e}")
 
-    rows = generate_dataset(groups, seed=seed)
-    config = RolloutConfig(max_turns=3, max_new_tokens_per_turn=32, temperature=0.8)
-    # the first group is the critical one (HIGH), the rest LOW, as the coordinator would rank them
-    priority = {f"g{g}-t{k}": Priority.HIGH if g == 0 else Priority.LOW
-                for g in range(groups) for k in range(group_size)}
-    rollouts = asyncio.run(_rollouts(engine, rows, group_size, config, priority, console))
+    rows = generate_dataset(demo.sft_examples, seed=demo.sft_seed, **config.data.generate_options)
+    examples = sft_examples(load_tokenizer(base_dir), [demonstration(row) for row in rows], [CALCULATE_TOOL])
+    sft = train_sft(base_dir, sft_dir, examples, epochs=demo.sft_epochs, lr=demo.sft_learning_rate,
+                    batch_size=demo.sft_batch_size, seed=config.run.seed, progress=progress)
+    console.print(f"[bold]sft[/] {len(examples)} demonstrations x {demo.sft_epochs} epochs in {sft['seconds']:.0f}s, "
+                  f"loss per epoch {', '.join(f'{x:.3f}' for x in sft['loss_per_epoch'])}")
 
-    stats = engine.stats()
-    summary = {
-        "parity_max_abs_diff": max_diff,
-        "trajectories": [
-            {"id": r.trajectory_id, "turns": len(r.turns), "tokens": len(r.token_ids),
-             "generated_tokens": sum(r.generated_mask), "tool_calls": sum(t.tool_calls for t in r.turns),
-             "tool_errors": sum(t.tool_errors for t in r.turns), "finish_reason": r.finish_reason,
-             "reward": r.reward}
-            for r in rollouts
-        ],
-        "engine": {k: stats[k] for k in ("prompt_tokens", "cached_tokens", "hit_rate", "hit_rate_by_priority")},
-    }
-    for t in summary["trajectories"]:
-        console.print(f"[bold]{t['id']}[/] {t['turns']} turns, {t['tokens']} tokens "
-                      f"({t['generated_tokens']} generated), {t['tool_calls']} tool calls, "
-                      f"{t['tool_errors']} malformed, {t['finish_reason']}, reward {t['reward']:.0f}")
-    console.print(f"[bold]engine[/] prompt tokens {stats['prompt_tokens']}, cached {stats['cached_tokens']} "
-                  f"(hit rate {stats['hit_rate']:.2f}: group mates share the prompt's KV, later turns "
-                  "reuse earlier turns')")
-    (workdir / "demo.json").write_text(json.dumps(summary, indent=2))
+    run_dir = workdir / f"run-{config.scheduler.policy}"
+    trained = config.model_copy(update={"model": config.model.model_copy(update={"path": str(sft_dir)})})
+    summary = run_training(trained, run_dir, progress)
+    summary = {**summary, "train_wall_s": summary["wall_s"], "wall_s": round(time.monotonic() - started, 2),
+               "sft_seconds": round(sft["seconds"], 2), "parity_max_abs_diff": max_diff, "run_dir": str(run_dir)}
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    console.print(f"[bold]held-out accuracy[/] before RL {summary['accuracy_before']:.3f} -> after RL "
+                  f"{summary['accuracy_after']:.3f} ({summary['steps']} GRPO steps, {config.scheduler.policy} "
+                  f"scheduler); whole demo {summary['wall_s']:.0f}s; run directory {run_dir}")
     return summary
 
 
-async def _rollouts(engine: Engine, rows: list[dict], group_size: int, config: RolloutConfig,
-                    priority: dict[str, Priority], console: Console) -> list[Rollout]:
-    async_engine = AsyncEngine(engine)
-    generate = engine_generate(async_engine, priority.get)
-    with Progress(console=console, transient=True) as progress:
-        task = progress.add_task("rollouts", total=len(priority))
-
-        async def one(row: dict, trajectory_id: str) -> Rollout:
-            rollout = await run_agent_loop(CalculatorEnv(), row, generate, engine.tokenizer, config, trajectory_id)
-            await async_engine.acall(lambda e: e.release_trajectory(trajectory_id))
-            progress.advance(task)
-            return rollout
-
-        try:
-            return await asyncio.gather(*(one(row, f"g{g}-t{k}") for g, row in enumerate(rows)
-                                          for k in range(group_size)))
-        finally:
-            await async_engine.shutdown()
-
-
-def _compare_with_transformers(model_dir: Path, engine: Engine) -> float:
+@torch.no_grad()
+def parity_with_transformers(model_dir: Path) -> float:
     import transformers
 
-    ours = engine.runner.model
+    ours = load_model(model_dir)
     reference = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     ids = torch.arange(0, 200)[None] % ours.args.vocab_size
-    with torch.no_grad():
-        return (ours(ids) - reference(ids).logits).abs().max().item()
+    return (ours(ids) - reference(ids).logits).abs().max().item()

@@ -63,6 +63,10 @@ class Prompt:
     messages: tuple[dict[str, Any], ...]
     metadata: dict[str, Any] = field(default_factory=dict)
 
+    def row(self) -> dict[str, Any]:
+        """The row an environment's `reset` reads: the metadata plus the messages."""
+        return {**self.metadata, "messages": [dict(m) for m in self.messages]}
+
 
 @dataclass(slots=True)
 class Turn:

@@ -18,12 +18,13 @@ import logging
 import math
 from collections import deque
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from venusrl.coordinator.config import CoordinatorConfig
 from venusrl.coordinator.decisions import Decisions, PriorityPolicy
 from venusrl.coordinator.policies import PriorityRule, check_key, make_rule
 from venusrl.coordinator.ranking import GroupRanking
+from venusrl.coordinator.snapshot import CoordinatorSnapshot, copy_groups
 from venusrl.coordinator.stats import RunningStats
 from venusrl.types import Group, GroupStatus, Prompt, Trajectory, TrajectoryStatus, Turn
 
@@ -77,6 +78,41 @@ class DataCoordinator:
         self._policy = PriorityPolicy(version=0, high_groups=frozenset(), promoted=frozenset())
         self._next_group_id = 0
         self._next_trajectory_id = 0
+        self._restored: list[Group] = []  # running groups of a snapshot, re-admitted by start()
+
+    @classmethod
+    def restore(
+        cls,
+        config: CoordinatorConfig,
+        snapshot: CoordinatorSnapshot,
+        remaining_prompts: Iterable[Prompt],
+        *,
+        rule: PriorityRule | None = None,
+    ) -> DataCoordinator:
+        """Continue from a snapshot. `remaining_prompts` is the dataset stream after the first
+        `snapshot.prompts_consumed` prompts. Ready groups wait for the trainer again; the first
+        `start` re-admits the running groups ahead of new prompts, keeping their DONE
+        trajectories and re-running the rest."""
+        snapshot.check()
+        coordinator = cls(config, remaining_prompts, rule=rule, weight_version=snapshot.weight_version)
+        coordinator.counts = CoordinatorCounts(**snapshot.counts)
+        coordinator._next_group_id = snapshot.next_group_id
+        coordinator._next_trajectory_id = snapshot.next_trajectory_id
+        coordinator._untrained.extend(snapshot.ready)
+        coordinator._restored = list(snapshot.running)
+        return coordinator
+
+    def snapshot(self) -> CoordinatorSnapshot:
+        """The state to checkpoint, taken at a weight-step boundary (see coordinator.snapshot)."""
+        return CoordinatorSnapshot(
+            weight_version=self.weight_version,
+            prompts_consumed=self.counts.admitted,
+            ready=copy_groups(list(self._untrained)),
+            running=copy_groups([*self._restored, *self._running.values()]),
+            counts=asdict(self.counts),
+            next_group_id=self._next_group_id,
+            next_trajectory_id=self._next_trajectory_id,
+        )
 
     # ---- state -----------------------------------------------------------------------------
 
@@ -107,6 +143,10 @@ class DataCoordinator:
         """A running group, or None."""
         return self._running.get(group_id)
 
+    def untrained_groups(self) -> list[Group]:
+        """Ready groups no weight step has consumed, in the order the trainer takes them."""
+        return list(self._untrained)
+
     def running_groups(self) -> list[Group]:
         return list(self._running.values())
 
@@ -134,8 +174,18 @@ class DataCoordinator:
     # ---- events ----------------------------------------------------------------------------
 
     def start(self, now: float) -> Decisions:
-        """Admit groups up to the window. Every other event also refills the window."""
-        return self._finish(now, Decisions())
+        """Admit groups up to the window (restored groups first). Every other event also
+        refills the window."""
+        out = Decisions()
+        for group in self._restored:
+            group.admitted_at = now
+            self._running[group.id] = group
+            for t in list(group.trajectories):
+                if t.status is not TrajectoryStatus.DONE:  # its process died: run it again
+                    group.trajectories[t.index] = self._new_trajectory(group, t.index, t.attempt, out)
+            self._rekey(group, now)
+        self._restored = []
+        return self._finish(now, out)
 
     def on_turn_start(self, trajectory_id: int, now: float, context_ids: Sequence[int] = ()) -> Decisions:
         """A turn enters generation; context_ids are the non-generated tokens fed before it

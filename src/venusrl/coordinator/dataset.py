@@ -60,7 +60,7 @@ def prompt_from_row(row: dict[str, Any], where: str, default_id: str) -> Prompt:
     if "messages" in row:
         messages = parse_messages(row.pop("messages"), where)
     elif "prompt" in row:
-        text = row.pop("prompt")
+        text = row["prompt"]  # kept in the metadata too: environments may read it
         if not isinstance(text, str):
             raise DatasetError(f"{where}: field 'prompt' must be a string, got {type(text).__name__}")
         messages = ({"role": "user", "content": text},)

@@ -98,7 +98,8 @@ class OracleRule(LengthPredictionRule):
 
 
 RULES: dict[str, type[PriorityRule]] = {
-    rule.name: rule for rule in (FcfsRule, ActionLevelRule, LengthPredictionRule, OracleRule)
+    rule.name: rule
+    for rule in (FcfsRule, ActionLevelRule, LengthPredictionRule, OracleRule)
 }
 
 

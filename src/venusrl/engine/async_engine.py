@@ -75,6 +75,21 @@ class AsyncEngine:
             if not finished:
                 self.call(lambda engine: self._abort_if_live(engine, request_id))
 
+    def abort(self, request_id: str) -> Future[RequestOutput | None]:
+        """Abort a request from outside its stream (an operator, a fault): the stream's
+        consumer receives the partial output, finished with reason "abort". None when the
+        request had already finished."""
+
+        def abort(engine: Engine) -> RequestOutput | None:
+            if request_id not in engine.request_ids():
+                return None
+            output = engine.abort(request_id)
+            self._deliver(output)
+            log.info("request %s aborted from outside its stream", request_id)
+            return output
+
+        return self.call(abort)
+
     async def shutdown(self) -> None:
         self._stopping.set()
         self._commands.put((lambda: None, Future()))

@@ -107,6 +107,10 @@ class Engine:
         partial = self.scheduler.abort(request_id)
         return self._final(request_id, partial)
 
+    def request_ids(self) -> list[str]:
+        """Requests added and not yet finished or aborted."""
+        return list(self._tracked)
+
     def start_trajectory(self, trajectory_id: str, priority: Priority) -> None:
         self.scheduler.start_trajectory(trajectory_id, Priority(priority))
 

@@ -31,6 +31,7 @@ SYSTEM_PROMPT = (
 )
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
               ast.Div: operator.truediv, ast.USub: operator.neg}
+_SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _ANSWER = re.compile(r"Answer:\s*(-?\d+(?:\.\d+)?)")
 
 
@@ -55,21 +56,29 @@ def calculate(expression: str) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
 
 
-def make_problem(rng: random.Random, steps: int) -> dict[str, Any]:
-    """A chain of `steps` operations on small integers; integer answer by construction."""
-    value = rng.randint(1, 20)
+def make_problem(rng: random.Random, steps: int, max_start: int = 20, max_operand: int = 50) -> dict[str, Any]:
+    """A chain of `steps` operations on small integers (the first number up to max_start,
+    added or subtracted ones up to max_operand, factors 2..9); integer answer by construction."""
+    value = rng.randint(1, max_start)
     text = str(value)
     for _ in range(steps):
         op = rng.choice("+-*")
-        operand = rng.randint(2, 9) if op == "*" else rng.randint(1, 50)
+        operand = rng.randint(2, min(9, max(2, max_operand))) if op == "*" else rng.randint(1, max_operand)
         text = f"({text} {op} {operand})"
         value = {"+": value + operand, "-": value - operand, "*": value * operand}[op]
     return {"question": f"Compute {text}.", "answer": value, "steps": steps}
 
 
-def generate_dataset(count: int, seed: int = 0) -> list[dict[str, Any]]:
+def generate_dataset(count: int, seed: int = 0, min_steps: int = 1, max_steps: int = 8, max_start: int = 20,
+                     max_operand: int = 50) -> list[dict[str, Any]]:
+    """`count` problems of `min_steps`..`max_steps` operations (one tool call each)."""
+    if not 1 <= min_steps <= max_steps:
+        raise ValueError(f"need 1 <= min_steps <= max_steps, got {min_steps}, {max_steps}")
+    if max_start < 1 or max_operand < 1:
+        raise ValueError(f"need max_start >= 1 and max_operand >= 1, got {max_start}, {max_operand}")
     rng = random.Random(seed)
-    rows = [{"id": f"calc-{seed}-{i}", **make_problem(rng, rng.randint(1, 8))} for i in range(count)]
+    rows = [{"id": f"calc-{seed}-{i}", **make_problem(rng, rng.randint(min_steps, max_steps), max_start, max_operand)}
+            for i in range(count)]
     return [{**row, "prompt": row["question"]} for row in rows]
 
 
@@ -81,8 +90,7 @@ class CalculatorEnv(Environment):
 
     async def reset(self, row: dict[str, Any], sandbox: Any = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         self.check_row(row)
-        messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": row["question"]}]
-        return messages, [CALCULATE_TOOL]
+        return opening_messages(row), [CALCULATE_TOOL]
 
     async def step(self, tool_calls: list[dict[str, Any]]) -> StepResult:
         observations = []
@@ -94,6 +102,41 @@ class CalculatorEnv(Environment):
 
     def reward(self, episode: Episode) -> float:
         return float(final_answer_matches(episode))
+
+
+def opening_messages(row: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": row["question"]}]
+
+
+def demonstration(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """The chat a perfect agent has for a `generate_dataset` row: the opening messages, one
+    assistant turn per operation in evaluation order (each a single `calculate` call on the
+    previous results, as the agent loop records it), the tool results, then 'Answer: N'."""
+    CalculatorEnv().check_row(row)
+    expression = row["question"].removeprefix("Compute ").removesuffix(".")
+    try:
+        tree = ast.parse(expression, mode="eval").body
+    except SyntaxError as err:
+        raise ValueError(f"question {row['question']!r} is not 'Compute <expression>.'") from err
+    messages = opening_messages(row)
+
+    def solve(node: ast.AST) -> str:
+        if isinstance(node, ast.Constant | ast.UnaryOp) and isinstance(getattr(node, "operand", node), ast.Constant):
+            return ast.unparse(node)  # a number, possibly negative
+        if not isinstance(node, ast.BinOp) or type(node.op) not in _SYMBOLS:
+            raise ValueError(f"question {row['question']!r}: cannot demonstrate {ast.unparse(node)!r}")
+        left, right = solve(node.left), solve(node.right)
+        step = f"{left} {_SYMBOLS[type(node.op)]} {right}"
+        call_id = f"call-{sum(m['role'] == 'tool' for m in messages)}_0"
+        call = {"id": call_id, "type": "function",
+                "function": {"name": "calculate", "arguments": json.dumps({"expression": step})}}
+        result = calculate(step)
+        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
+        return result
+
+    messages.append({"role": "assistant", "content": f"Answer: {solve(tree)}"})
+    return messages
 
 
 def final_answer_matches(episode: Episode) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import Any
 
 from venusrl.env.base import Environment
 
@@ -39,3 +40,15 @@ def environment_factory(name: str) -> Callable[[], Environment]:
     if not (isinstance(target, type) and issubclass(target, Environment)):
         raise ValueError(f"{name!r} is not a venusrl.env.base.Environment subclass")
     return target
+
+
+def dataset_generator(name: str) -> Callable[..., list[dict[str, Any]]]:
+    """`generate_dataset(count, seed, **options)` of an environment: the built-ins' module
+    function, or a custom environment class's `generate_dataset` attribute."""
+    path = _BUILTIN.get(name, name)
+    if name in _BUILTIN:
+        return load_object(f"{path.partition(':')[0]}:generate_dataset")
+    generator = getattr(environment_factory(name), "generate_dataset", None)
+    if generator is None:
+        raise ValueError(f"environment {name!r} has no generate_dataset; set data.train and data.eval to JSONL files")
+    return generator

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import torch
@@ -107,3 +108,17 @@ def save_weights(model: CausalLM, path: str | Path, max_shard_bytes: int | None 
         save_file(shard, str(path / name), metadata={"format": "pt"})
         weight_map.update(dict.fromkeys(shard, name))
     (path / INDEX_FILE).write_text(json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
+                   "generation_config.json", "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json")
+
+
+def copy_tokenizer_files(source: str | Path, target: str | Path) -> None:
+    """Copy what a model directory needs besides config and weights (tokenizer, chat
+    template, generation config) so the target loads on its own."""
+    source, target = Path(source), Path(target)
+    target.mkdir(parents=True, exist_ok=True)
+    for name in TOKENIZER_FILES:
+        if (source / name).exists():
+            shutil.copy2(source / name, target / name)

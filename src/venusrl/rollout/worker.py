@@ -34,6 +34,8 @@ from venusrl.rollout.agent_loop import TurnOutput, run_agent_loop
 from venusrl.rollout.config import RolloutConfig
 from venusrl.rollout.orchestrator import choose_moves
 from venusrl.rollout.slots import SlotMode, SlotScheduler
+from venusrl.sandbox.api import AsyncSandbox
+from venusrl.sandbox.controller import SandboxController
 from venusrl.types import Group, Priority, Prompt, SamplingParams, Trajectory
 
 log = logging.getLogger(__name__)
@@ -62,6 +64,8 @@ class RolloutWorker:
         mode: SlotMode = "priority",
         clock: Callable[[], float] = time.monotonic,
         predictor: BackgroundPredictor | None = None,
+        sandboxes: SandboxController | None = None,
+        on_ready: Callable[[Group], None] | None = None,
     ):
         self.coordinator, self.tokenizer = coordinator, tokenizer
         self.engines = engines if isinstance(engines, list) else [engines]
@@ -75,24 +79,49 @@ class RolloutWorker:
         self.predictions = 0
         self.migrations = 0
         self.predictor = predictor
+        self.sandboxes = sandboxes
+        self.on_ready = on_ready
+        self._changed = asyncio.Event()  # set by every decision and every finished trajectory
         self._queries: dict[int, list[PredictionQuery]] = {}  # per trajectory, for online learning
         self._tasks: dict[int, asyncio.Task] = {}
         self._grants: dict[int, asyncio.Event] = {}
         self._preempt: dict[int, asyncio.Event] = {}
 
-    async def run(self, groups: int) -> list[Group]:
-        """Run until `groups` groups are ready for the trainer (or the dataset is done)."""
+    async def run(self, groups: int | None = None, stop: asyncio.Event | None = None) -> list[Group]:
+        """Run until `groups` groups are ready, `stop` is set, or nothing is left to run: with
+        `groups`, when no trajectory is live; without, when the dataset is done too (a trainer
+        keeps the worker going by stepping the weights, which refills the window)."""
         self._apply(self.coordinator.start(self.clock()))
         background = [asyncio.create_task(self._poll_predictions())] if self.predictor is not None else []
         if len(self.engines) > 1 and self.mode == "priority":
             background.append(asyncio.create_task(self._orchestrate()))
-        while len(self.ready) < groups and self._tasks:
-            await asyncio.wait(list(self._tasks.values()), return_when=asyncio.FIRST_COMPLETED)
-        leftover = [*self._tasks.values(), *background]  # trajectories past the batch, the poller
-        for task in leftover:
-            task.cancel()
-        await asyncio.gather(*leftover, return_exceptions=True)
+        stopped = asyncio.create_task(stop.wait()) if stop is not None else None
+        try:
+            while not self._done(groups, stop):
+                self._changed.clear()
+                changed = asyncio.create_task(self._changed.wait())
+                await asyncio.wait([changed, *([stopped] if stopped else [])], return_when=asyncio.FIRST_COMPLETED)
+                changed.cancel()
+        finally:
+            leftover = [*self._tasks.values(), *background, *([stopped] if stopped else [])]
+            for task in leftover:  # trajectories past the batch, the pollers
+                task.cancel()
+            await asyncio.gather(*leftover, return_exceptions=True)
         return self.ready
+
+    def _done(self, groups: int | None, stop: asyncio.Event | None) -> bool:
+        if (groups is not None and len(self.ready) >= groups) or (stop is not None and stop.is_set()):
+            return True
+        return not self._tasks and (groups is not None or self.coordinator.finished)
+
+    @property
+    def live_trajectories(self) -> int:
+        return len(self._tasks)
+
+    def on_weight_version(self, version: int) -> None:
+        """The trainer stepped the weights: the coordinator retires the trained groups,
+        re-runs or promotes stale trajectories and refills the window."""
+        self._apply(self.coordinator.on_weight_version(version, self.clock()))
 
     # ---- length predictions (off the critical path) ------------------------------------------
 
@@ -129,9 +158,13 @@ class RolloutWorker:
             if task is not None:
                 task.cancel()
         self.ready.extend(decisions.ready)
+        if self.on_ready is not None:
+            for group in decisions.ready:
+                self.on_ready(group)
         self.dropped.extend(decisions.dropped)
         if decisions.policy is not None:
             self._repriorise(decisions.policy)
+        self._changed.set()
 
     def _repriorise(self, policy: PriorityPolicy) -> None:
         for trajectory_id, index in self._engine_of.items():
@@ -191,11 +224,14 @@ class RolloutWorker:
         for index in self._engine_of.values():
             loads[index] += 1
         self._engine_of[trajectory_id] = loads.index(min(loads))  # the least-loaded engine
-        row = {**trajectory.prompt.metadata, "messages": [dict(m) for m in trajectory.prompt.messages]}
+        row = trajectory.prompt.row()
         observer = _CoordinatorReport(self, trajectory_id)
+        env, sandbox = self.env_factory(), None
         try:
-            rollout = await run_agent_loop(self.env_factory(), row, self._generate, self.tokenizer, self.config,
-                                           str(trajectory_id), observer=observer)
+            if env.needs_sandbox:
+                sandbox = await self._create_sandbox(env, trajectory)
+            rollout = await run_agent_loop(env, row, self._generate, self.tokenizer, self.config,
+                                           str(trajectory_id), sandbox=sandbox, observer=observer)
         except asyncio.CancelledError:
             log.info("trajectory %d cancelled (discarded or run over)", trajectory_id)
             raise
@@ -211,6 +247,16 @@ class RolloutWorker:
             engine = self.engines[self._engine_of.pop(trajectory_id)]
             engine.call(lambda e, key=str(trajectory_id): e.release_trajectory(key))
             del self._tasks[trajectory_id]
+            self._changed.set()
+            if sandbox is not None:
+                await _kill_quietly(sandbox, trajectory_id)
+
+    async def _create_sandbox(self, env: Environment, trajectory: Trajectory) -> AsyncSandbox:
+        """One sandbox per trajectory, from the environment's template; the group's sandboxes
+        share a node and so its template pages."""
+        if self.sandboxes is None:
+            raise RuntimeError(f"environment {type(env).__name__} needs a sandbox and the worker has no sandbox controller")
+        return await AsyncSandbox.create(self.sandboxes, env.template or "base", group_id=f"group-{trajectory.group_id}")
 
     async def _generate(self, prompt_ids: list[int], sampling: SamplingParams, key: str) -> TurnOutput:
         trajectory_id = int(key)
@@ -255,6 +301,14 @@ class RolloutWorker:
     def _release(self, trajectory_id: int, finished: bool) -> None:
         for granted in self.slots[self._engine_of[trajectory_id]].release(trajectory_id, finished):
             self._grants.setdefault(granted, asyncio.Event()).set()
+
+
+async def _kill_quietly(sandbox: AsyncSandbox, trajectory_id: int) -> None:
+    """A sandbox that already died (the fault being handled) has nothing left to kill."""
+    try:
+        await asyncio.shield(sandbox.kill())
+    except Exception as err:
+        log.info("sandbox %s of trajectory %d: kill failed (%s)", sandbox.sandbox_id, trajectory_id, err)
 
 
 async def _until_done_or(stream: AsyncIterator[RequestOutput], preempt: asyncio.Event) -> RequestOutput | None:

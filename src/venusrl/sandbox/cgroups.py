@@ -216,7 +216,13 @@ class Cgroup:
         """OOM kills in this cgroup's subtree since it was created."""
         if self.layout.version == 2:
             return _field(self._read("memory", "memory.events"), "oom_kill")
-        return sum(_field(cg._read("memory", "memory.oom_control"), "oom_kill") for cg in self.walk())
+        total = 0
+        for cg in self.walk():
+            try:
+                total += _field(cg._read("memory", "memory.oom_control"), "oom_kill")
+            except OSError:  # a sandbox's cgroup removed while the subtree was walked
+                continue
+        return total
 
     def memory_events(self) -> dict[str, int]:
         text = self._read("memory", "memory.events" if self.layout.version == 2 else "memory.oom_control")

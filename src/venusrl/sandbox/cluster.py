@@ -63,30 +63,11 @@ class LocalCluster:
             raise
 
     def _start_node(self, node_id: str, budget: int) -> None:
-        c = self.config
-        address = f"unix:{self.workdir}/{node_id}.sock" if c.transport == "unix" else "tcp:127.0.0.1:0"
-        settings = NodeSettings(
-            node_id=node_id, address=address, token=self.token, budget=budget,
-            cgroup=f"{self.cgroup_root}/{node_id}", workdir=str(self.workdir / node_id),
-            admission=c.admission, share_pages=c.share_pages, alpha=c.alpha, min_headroom=c.min_headroom,
-            reaction_time_s=c.reaction_time_s, growth_window_s=c.growth_window_s,
-            control_interval_s=c.control_interval_s, cold_start_s=c.cold_start_s, pids_limit=c.pids_limit,
-            oom_grace_s=c.oom_grace_s, default_memory_limit=int(c.memory_limit),
-            cold_start_default=None if c.cold_start_default is None else int(c.cold_start_default))
-        process = subprocess.Popen(
-            [sys.executable, "-m", "venusrl.sandbox.node_server"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
-        assert process.stdin is not None and process.stdout is not None
-        # The token travels on the pipe, never on a command line.
-        process.stdin.write(json.dumps(asdict(settings)).encode() + b"\n")
-        process.stdin.flush()
-        ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT_S)
-        line = process.stdout.readline().decode().strip() if ready else ""
-        if not line.startswith("READY "):
-            process.kill()
-            process.wait()
-            raise SandboxError(f"node agent {node_id} did not start (exit {process.returncode}); see its log above")
-        self.nodes[node_id] = NodeProcess(settings, process, line.split(" ", 1)[1])
+        address = f"unix:{self.workdir}/{node_id}.sock" if self.config.transport == "unix" else "tcp:127.0.0.1:0"
+        settings = node_settings(self.config, node_id, address, self.token, budget,
+                                 f"{self.cgroup_root}/{node_id}", self.workdir / node_id)
+        process, bound = start_node_process(settings)
+        self.nodes[node_id] = NodeProcess(settings, process, bound)
 
     def kill_node(self, node_id: str) -> None:
         """SIGKILL one node agent (tests and fault injection)."""
@@ -103,16 +84,56 @@ class LocalCluster:
         if controller is not None:
             controller.close()
         for node in self.nodes.values():
-            if node.process.poll() is None and node.process.stdin is not None:
-                node.process.stdin.close()  # the agent shuts down cleanly on EOF
+            ask_node_to_stop(node.process)
         for node in self.nodes.values():
-            try:
-                node.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                node.process.kill()
-                node.process.wait()
-            if node.process.stdout is not None:
-                node.process.stdout.close()
+            wait_for_node(node.process)
         Cgroup(detect_layout(), self.cgroup_root).remove()
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
+
+
+def ask_node_to_stop(process: subprocess.Popen) -> None:
+    """A node agent shuts down cleanly (removing its sandboxes) when its stdin closes."""
+    if process.poll() is None and process.stdin is not None:
+        process.stdin.close()
+
+
+def wait_for_node(process: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    if process.stdout is not None:
+        process.stdout.close()
+
+
+def node_settings(config: SandboxConfig, node_id: str, address: str, token: str, budget: int, cgroup: str,
+                  workdir: Path) -> NodeSettings:
+    c = config
+    return NodeSettings(
+        node_id=node_id, address=address, token=token, budget=budget, cgroup=cgroup, workdir=str(workdir),
+        admission=c.admission, share_pages=c.share_pages, alpha=c.alpha, min_headroom=c.min_headroom,
+        reaction_time_s=c.reaction_time_s, growth_window_s=c.growth_window_s,
+        control_interval_s=c.control_interval_s, cold_start_s=c.cold_start_s, pids_limit=c.pids_limit,
+        oom_grace_s=c.oom_grace_s, default_memory_limit=int(c.memory_limit),
+        cold_start_default=None if c.cold_start_default is None else int(c.cold_start_default))
+
+
+def start_node_process(settings: NodeSettings) -> tuple[subprocess.Popen, str]:
+    """Start `python -m venusrl.sandbox.node_server` with `settings`; (process, the address
+    it bound) once it reports READY."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "venusrl.sandbox.node_server"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+    assert process.stdin is not None and process.stdout is not None
+    # The token travels on the pipe, never on a command line.
+    process.stdin.write(json.dumps(asdict(settings)).encode() + b"\n")
+    process.stdin.flush()
+    ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT_S)
+    line = process.stdout.readline().decode().strip() if ready else ""
+    if not line.startswith("READY "):
+        process.kill()
+        process.wait()
+        raise SandboxError(f"node agent {settings.node_id} did not start (exit {process.returncode}); see its log")
+    return process, line.split(" ", 1)[1]

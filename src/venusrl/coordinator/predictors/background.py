@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from venusrl.coordinator.predictors.base import LengthPredictor
 from venusrl.coordinator.predictors.query import Example, PredictionQuery
@@ -36,6 +37,7 @@ class BackgroundPredictor:
     def __init__(self, predictor: LengthPredictor) -> None:
         self.predictor = predictor
         self.errors = 0
+        self._using = threading.Lock()  # the serving thread's calls vs save() from outside
         self._cond = threading.Condition()
         self._pending: dict[int, tuple[PredictionQuery, float]] = {}
         self._observations: list[Sequence[Example]] = []
@@ -97,9 +99,15 @@ class BackgroundPredictor:
                     with self._cond:
                         self._results.append(prediction)
 
+    def save(self, path: str | Path) -> None:
+        """Write the predictor's state between two of its calls (for checkpoints)."""
+        with self._using:
+            self.predictor.save(path)
+
     def _run(self, call, what: str):
         try:
-            return call()
+            with self._using:
+                return call()
         except Exception:
             self.errors += 1
             logger.exception("%s predictor %s failed (%d failures so far)", self.predictor.name, what, self.errors)

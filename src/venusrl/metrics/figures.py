@@ -1,0 +1,171 @@
+"""The report's PNGs. Each `draw_*` takes the records by kind and a path, and returns False
+(drawing nothing) when the records hold none of its data. Figures are drawn on their own Agg
+canvas, without pyplot, so reporting never touches the process-wide matplotlib backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from venusrl.metrics.run_stats import (
+    Record,
+    groups_per_minute,
+    number,
+    sandbox_series,
+    series,
+    version_span_counts,
+    with_fields,
+)
+
+Kinds = dict[str, list[Record]]
+
+
+def draw_reward(kinds: Kinds, path: Path) -> bool:
+    steps = with_fields(kinds.get("step", []), "step", "reward_mean")
+    evals = with_fields(kinds.get("eval", []), "step", "accuracy")
+    if not steps and not evals:
+        return False
+    fig = Figure(figsize=(8, 4.5))
+    ax = fig.add_subplot()
+    ax.set_xlabel("step")
+    if steps:
+        x = [r["step"] for r in steps]
+        reward = [r["reward_mean"] for r in steps]
+        ax.plot(x, reward, color="C0", label="reward mean")
+        std = [number(r, "reward_std") for r in steps]
+        if any(s is not None for s in std):
+            spread = [(m, _or_nan(s)) for m, s in zip(reward, std, strict=True)]
+            ax.fill_between(x, [m - s for m, s in spread], [m + s for m, s in spread],
+                            color="C0", alpha=0.2, label="± std")
+        ax.set_ylabel("reward")
+        ax.grid(alpha=0.3)
+    if evals:
+        eval_ax = ax.twinx() if steps else ax
+        for i, split in enumerate(sorted({str(r.get("split", "eval")) for r in evals})):
+            x, accuracy = series([r for r in evals if str(r.get("split", "eval")) == split], "step", "accuracy")
+            eval_ax.plot(x, accuracy, "o--", color=f"C{i + 1}", label=f"eval accuracy ({split})")
+        eval_ax.set_ylabel("eval accuracy")
+    handles, labels = [], []
+    for axis in fig.axes:
+        axis_handles, axis_labels = axis.get_legend_handles_labels()
+        handles += axis_handles
+        labels += axis_labels
+    fig.axes[-1].legend(handles, labels, loc="best")
+    fig.suptitle("Reward per step")
+    _save(fig, path)
+    return True
+
+
+def draw_throughput(kinds: Kinds, path: Path) -> bool:
+    steps = kinds.get("step", [])
+    panels = [
+        (*series(steps, "time_s", "tokens_per_s"), "tokens/s"),
+        (*groups_per_minute(steps), "groups/min"),
+    ]
+    panels = [panel for panel in panels if panel[0]]
+    if not panels:
+        return False
+    scale, unit = _time_unit(max(max(times) for times, _, _ in panels))
+    fig = Figure(figsize=(8, 3 * len(panels)))
+    axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, (times, values, label) in zip(axes, panels, strict=True):
+        ax.plot([t / scale for t in times], values, marker=".")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel(f"time ({unit})")
+    fig.suptitle("Throughput")
+    _save(fig, path)
+    return True
+
+
+def draw_kv_hit_rate(kinds: Kinds, path: Path) -> bool:
+    x, rate = series(kinds.get("step", []), "step", "kv_hit_rate")
+    if not x:
+        return False
+    fig = Figure(figsize=(8, 4))
+    ax = fig.add_subplot()
+    ax.plot(x, rate, marker=".")
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("step")
+    ax.set_ylabel("KV cache hit rate")
+    ax.grid(alpha=0.3)
+    fig.suptitle("KV cache hit rate")
+    _save(fig, path)
+    return True
+
+
+def draw_version_span(kinds: Kinds, path: Path) -> bool:
+    counts = version_span_counts(kinds.get("group", []))
+    if not counts:
+        return False
+    total = sum(counts.values())
+    spans = list(counts)
+    fractions = [counts[s] / total for s in spans]
+    fig = Figure(figsize=(6, 4))
+    ax = fig.add_subplot()
+    bars = ax.bar(spans, fractions)
+    ax.bar_label(bars, labels=[f"{f:.1%}" for f in fractions])
+    ax.set_xticks(spans)
+    ax.set_ylim(0, 1.1)
+    ax.set_xlabel("weight versions spanned (max − min over a trajectory's turns)")
+    ax.set_ylabel("fraction of trajectories")
+    fig.suptitle(f"Version span of {total} trajectories")
+    _save(fig, path)
+    return True
+
+
+def draw_sandbox_memory(kinds: Kinds, path: Path) -> bool:
+    nodes = sandbox_series(kinds.get("sandbox", []))
+    if not nodes:
+        return False
+    samples = [r for node in nodes.values() for r in node]
+    show_live = any(number(r, "live") is not None for r in samples)
+    scale, unit = _time_unit(max(r["time_s"] for r in samples))
+    byte_scale, byte_unit = _byte_unit(max(max(r["memory_bytes"], number(r, "limit_bytes") or 0) for r in samples))
+    fig = Figure(figsize=(8, 6 if show_live else 4))
+    axes = fig.subplots(2 if show_live else 1, 1, sharex=True, squeeze=False)[:, 0]
+    for i, (node, records) in enumerate(nodes.items()):
+        times = [r["time_s"] / scale for r in records]
+        axes[0].plot(times, [r["memory_bytes"] / byte_scale for r in records], color=f"C{i}", label=node)
+        limits = [number(r, "limit_bytes") for r in records]
+        if any(limit is not None for limit in limits):
+            axes[0].plot(times, [_or_nan(v) / byte_scale for v in limits],
+                         "--", color=f"C{i}", label=f"{node} limit")
+        if show_live:
+            axes[1].plot(times, [_or_nan(number(r, "live")) for r in records], color=f"C{i}", label=node)
+    axes[0].set_ylabel(f"sandbox memory ({byte_unit})")
+    axes[0].legend(fontsize="small")
+    if show_live:
+        axes[1].set_ylabel("live sandboxes")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    axes[-1].set_xlabel(f"time ({unit})")
+    fig.suptitle("Sandbox memory per node")
+    _save(fig, path)
+    return True
+
+
+def _save(fig: Figure, path: Path) -> None:
+    FigureCanvasAgg(fig)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _or_nan(value: float | None) -> float:
+    return float("nan") if value is None else value
+
+
+def _time_unit(max_seconds: float) -> tuple[float, str]:
+    if max_seconds >= 2 * 3600:
+        return 3600.0, "h"
+    if max_seconds >= 2 * 60:
+        return 60.0, "min"
+    return 1.0, "s"
+
+
+def _byte_unit(max_bytes: float) -> tuple[float, str]:
+    if max_bytes >= 1 << 30:
+        return float(1 << 30), "GiB"
+    return float(1 << 20), "MiB"

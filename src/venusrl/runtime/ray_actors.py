@@ -1,0 +1,75 @@
+"""The Ray runtime's actors: the rollout side and the trainer side of a run, each the
+local runtime's service in its own process. Both are async actors: their methods are the
+services' coroutines, run on the actor's event loop (the rollout worker is a task there)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from venusrl.config import Config
+from venusrl.coordinator.snapshot import CoordinatorSnapshot
+from venusrl.env.registry import environment_factory
+from venusrl.runtime.data import prompt_stream
+from venusrl.runtime.ray_sandbox import RayCluster
+from venusrl.runtime.rollout_service import RolloutService
+from venusrl.runtime.trainer_service import TrainerService
+from venusrl.types import Prompt
+
+
+def log_to_run(run_dir: Path, level: str, role: str) -> None:
+    """This actor's log lines go to the run's train.log, next to the driver's."""
+    handler = logging.FileHandler(run_dir / "train.log")
+    handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s [{role}] %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
+def placement() -> dict[str, Any]:
+    return {"pid": os.getpid(), "host": ray.util.get_node_ip_address()}
+
+
+class RolloutActor(RolloutService):
+    """Built by `open`, not `__init__`: Ray reports an error raised in `__init__` as a bare
+    ActorDiedError, one raised in a method as the exception itself (a bad model directory
+    is then a ValueError, as on the local runtime)."""
+
+    def __init__(self) -> None:
+        self.opened = False
+
+    async def open(self, config: Config, run_dir: Path, model_dir: Path, train_prompts: list[Prompt], skip: int,
+                   weight_version: int, snapshot: CoordinatorSnapshot | None,
+                   predictor_path: Path | None) -> dict[str, Any]:
+        log_to_run(run_dir, config.run.log_level, "rollout")
+        cluster = RayCluster(config.sandbox) if environment_factory(config.rollout.environment).needs_sandbox else None
+        try:
+            super().__init__(config, model_dir, prompt_stream(train_prompts, config.trainer.epochs, skip),
+                             weight_version, snapshot, predictor_path, sandbox_cluster=cluster)
+        except BaseException:
+            if cluster is not None:
+                cluster.close()
+            raise
+        self.opened = True
+        return placement()
+
+    async def close(self) -> None:
+        if self.opened:
+            await super().close()
+
+
+class TrainerActor(TrainerService):
+    """Built by `open`, for the reason RolloutActor is."""
+
+    def __init__(self) -> None:
+        pass
+
+    async def open(self, config: Config, run_dir: Path, model_dir: Path, weight_version: int,
+                   optimizer_state: Path | None) -> dict[str, Any]:
+        log_to_run(run_dir, config.run.log_level, "trainer")
+        super().__init__(config, model_dir, weight_version, optimizer_state)
+        return placement()

@@ -1,0 +1,145 @@
+"""The Ray runtime (`run.runtime: ray`): the local runtime's training loop with its parts
+in Ray actors.
+
+    this process   TrainingDriver, talking to the actors through `ActorProxy`
+    RolloutActor   coordinator, predictor, engines, rollout worker, sandbox controller
+    TrainerActor   policy model and streaming trainer
+    NodeAgentActor one per sandbox node agent, spread over the nodes (ray_sandbox.py)
+
+New weights go from the trainer actor to the rollout actor through the object store,
+never through this process. The run joins the cluster at `run.ray_address` (or
+RAY_ADDRESS), else starts Ray on this machine and stops it at the end.
+
+On a multi-node cluster the run directory and the model directory must be on a shared
+filesystem, at the same path on every node: the rollout actor (coordinator snapshot,
+predictor) and the trainer actor (model, optimizer) write their halves of each checkpoint
+into one directory, and both append their log lines to RUN_DIR/train.log. venusrl must
+be installed on every node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import RayError, RayTaskError
+
+from venusrl.config import Config
+from venusrl.runtime.driver import TrainingDriver
+from venusrl.runtime.local import prepare
+from venusrl.runtime.ray_actors import RolloutActor, TrainerActor
+from venusrl.trainer.checkpoint import Checkpoint
+from venusrl.types import Prompt
+
+log = logging.getLogger(__name__)
+
+CLOSE_TIMEOUT_S = 120.0
+# next_group waits on the rollout actor's loop while the driver calls push_weights, stats, save_state
+ROLLOUT_CONCURRENCY = 8
+
+
+class ActorProxy:
+    """`await proxy.method(*args)` is `await actor.method.remote(*args)`."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.actor, name)
+
+        async def call(*args: Any) -> Any:
+            try:
+                return await method.remote(*args)
+            except RayTaskError as err:
+                raise err.cause from err  # what the service raised; the actor's traceback stays chained
+
+        return call
+
+
+class TrainerProxy(ActorProxy):
+    async def weights(self) -> ray.ObjectRef:
+        """A reference only: the rollout actor's push_weights resolves it from the object store."""
+        return self.actor.weights.remote()
+
+
+def train(config: Config, run_dir: Path, progress: bool = True) -> dict:
+    """Train, or resume when `run_dir` holds a checkpoint; returns the summary that is also
+    written to RUN_DIR/summary.json."""
+    run_dir = run_dir.resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    train_prompts, eval_prompts, checkpoint = prepare(config, run_dir)  # bad data fails before Ray starts
+    started = _connect(config.run.ray_address)
+    try:
+        return asyncio.run(_train(_with_absolute_paths(config), run_dir, progress, train_prompts, eval_prompts, checkpoint))
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _connect(address: str | None) -> bool:
+    """Join or start Ray unless this process already is connected; True when this call did."""
+    if ray.is_initialized():
+        return False
+    # Actor output stays in Ray's log files: their log lines go to train.log, errors come back as exceptions.
+    if address is None:
+        ray.init(include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(address=address, log_to_driver=False)
+    log.info("ray: connected to %s (%s)", address or "a new local instance", ray.cluster_resources())
+    return True
+
+
+async def _train(config: Config, run_dir: Path, progress: bool, train_prompts: list[Prompt],
+                 eval_prompts: list[Prompt], checkpoint: Checkpoint | None) -> dict:
+    model_dir = checkpoint.model_dir if checkpoint else Path(config.model.path)
+    version = checkpoint.state.weight_version if checkpoint else 0
+    skip = checkpoint.snapshot.prompts_consumed if checkpoint else 0
+    gpus = _gpus_per_actor(config)
+    rollout_actor = ray.remote(RolloutActor).options(num_gpus=gpus, max_concurrency=ROLLOUT_CONCURRENCY).remote()
+    trainer_actor = ray.remote(TrainerActor).options(num_gpus=gpus).remote()
+    try:
+        rollout, trainer = ActorProxy(rollout_actor), TrainerProxy(trainer_actor)
+        opened = await asyncio.gather(
+            rollout.open(config, run_dir, model_dir, train_prompts, skip, version,
+                         checkpoint.snapshot if checkpoint else None, checkpoint.predictor_path if checkpoint else None),
+            trainer.open(config, run_dir, model_dir, version, checkpoint.optimizer_path if checkpoint else None),
+            return_exceptions=True)  # both finish opening before either is closed
+        for result in opened:
+            if isinstance(result, BaseException):
+                raise result
+        log.info("ray actors: %s", {"driver": {"pid": os.getpid()}, "rollout": opened[0], "trainer": opened[1]})
+        driver = TrainingDriver(config, run_dir, rollout, trainer, len(train_prompts), eval_prompts, checkpoint, progress)
+        return await driver.run()
+    finally:
+        await _shutdown(rollout_actor, trainer_actor)
+
+
+async def _shutdown(rollout_actor: Any, trainer_actor: Any) -> None:
+    """Close the rollout side (engines, predictor, node agents), then end both actors."""
+    try:
+        await asyncio.wait_for(rollout_actor.close.remote(), CLOSE_TIMEOUT_S)
+    except (RayError, asyncio.TimeoutError) as err:
+        log.warning("rollout actor did not close cleanly: %s", err)
+    finally:
+        ray.kill(rollout_actor)
+        ray.kill(trainer_actor)
+
+
+def _with_absolute_paths(config: Config) -> Config:
+    """Actors do not run in this process's working directory."""
+    model = config.model.model_copy(update={"path": str(Path(config.model.path).resolve())})
+    update: dict[str, Any] = {"model": model}
+    if config.predictor.path is not None:
+        update["predictor"] = config.predictor.model_copy(update={"path": str(Path(config.predictor.path).resolve())})
+    return config.model_copy(update=update)
+
+
+def _gpus_per_actor(config: Config) -> float:
+    """The rollout and trainer actors get a GPU each where the cluster has two, else share one."""
+    if not config.model.device.startswith("cuda"):
+        return 0
+    return 1 if ray.cluster_resources().get("GPU", 0) >= 2 else 0.5

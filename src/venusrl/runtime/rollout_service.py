@@ -1,0 +1,176 @@
+"""The rollout side of a training run: coordinator, length predictor, engines, sandbox
+cluster and rollout worker, wired from one `Config`. Ready groups come out of `ready`;
+new weights go in through `push_weights`. The local runtime drives it in-process; the Ray
+runtime hosts it in an actor."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from venusrl.config import Config
+from venusrl.coordinator.coordinator import DataCoordinator
+from venusrl.coordinator.predictors import BackgroundPredictor, make_predictor
+from venusrl.coordinator.snapshot import CoordinatorSnapshot
+from venusrl.engine.async_engine import AsyncEngine
+from venusrl.engine.engine import Engine
+from venusrl.env.registry import environment_factory
+from venusrl.rollout.agent_loop import run_agent_loop
+from venusrl.rollout.generate import engine_generate
+from venusrl.rollout.worker import RolloutWorker
+from venusrl.runtime.config import SchedulerPolicy
+from venusrl.sandbox.api import AsyncSandbox
+from venusrl.sandbox.cluster import LocalCluster
+from venusrl.sandbox.errors import SandboxError
+from venusrl.trainer.checkpoint import save_rollout_state
+from venusrl.types import Group, Priority, Prompt
+
+log = logging.getLogger(__name__)
+
+SLOT_MODES = {"venus": "priority", "action_level": "action_level", "trajectory_level": "trajectory_level"}
+
+
+def coordinator_policy(config: Config) -> str:
+    """The baselines have no priority: their coordinator publishes none."""
+    return config.coordinator.policy if config.scheduler.policy == "venus" else "action_level"
+
+
+class RolloutService:
+    def __init__(
+        self,
+        config: Config,
+        model_dir: Path,
+        prompts: Iterable[Prompt],
+        weight_version: int = 0,
+        snapshot: CoordinatorSnapshot | None = None,
+        predictor_path: Path | None = None,
+        sandbox_cluster: Any = None,  # in place of a LocalCluster: has .controller and .close(); closed by close()
+    ) -> None:
+        self.config = config
+        policy: SchedulerPolicy = config.scheduler.policy
+        self.engines = [Engine.from_pretrained(model_dir, config.engine, dtype=config.model.dtype, device=config.model.device)
+                        for _ in range(config.scheduler.engines)]
+        for engine in self.engines:
+            engine.weight_version = weight_version
+        self.tokenizer = self.engines[0].tokenizer
+        self.env_factory = environment_factory(config.rollout.environment)
+        self.cluster = (sandbox_cluster or LocalCluster(config.sandbox)) if self.env_factory.needs_sandbox else None
+        coordinator_config = config.coordinator.model_copy(update={"policy": coordinator_policy(config)})
+        self.coordinator = (DataCoordinator.restore(coordinator_config, snapshot, prompts) if snapshot is not None
+                            else DataCoordinator(coordinator_config, prompts, weight_version=weight_version))
+        self.predictor = None
+        if policy == "venus":
+            predictor_config = config.predictor
+            if predictor_path is not None:
+                predictor_config = predictor_config.model_copy(update={"path": str(predictor_path)})
+            self.predictor = BackgroundPredictor(make_predictor(predictor_config))
+        self.async_engines = [AsyncEngine(e) for e in self.engines]
+        self.ready: asyncio.Queue[Group] = asyncio.Queue()
+        self._task: asyncio.Task | None = None
+        self.worker = RolloutWorker(
+            self.coordinator, self.async_engines, self.tokenizer, self.env_factory, config.rollout,
+            slots=config.scheduler.slots_per_engine, mode=SLOT_MODES[policy], predictor=self.predictor,
+            sandboxes=self.cluster.controller if self.cluster else None, on_ready=self.ready.put_nowait)
+        log.info("rollout: %d engine(s), %s scheduling, environment %s, weight version %d",
+                 len(self.engines), policy, config.rollout.environment, weight_version)
+
+    async def start(self) -> None:
+        """Start rolling out; ready groups of a restored snapshot go to the trainer first."""
+        for group in self.coordinator.untrained_groups():
+            self.ready.put_nowait(group)
+        self._stop = asyncio.Event()
+        self._task = asyncio.create_task(self.worker.run(stop=self._stop))
+
+    async def next_group(self) -> Group | None:
+        """The next ready group, in the order the coordinator retires them; None once the
+        dataset is used up and every group has been handed out."""
+        if self.ready.empty():
+            getter = asyncio.create_task(self.ready.get())
+            await asyncio.wait([getter, self._task], return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                return getter.result()
+            getter.cancel()
+            self._task.result()  # a crashed rollout surfaces here
+        return None if self.ready.empty() else self.ready.get_nowait()
+
+    async def push_weights(self, weights: dict, version: int) -> None:
+        """Engines apply the weights at their next iteration boundary (in-flight requests
+        carry on, each token recording its version); the coordinator retires the trained
+        groups and refills the window."""
+        for engine in self.async_engines:
+            engine.call(lambda e: e.update_weights(weights, version))
+        self.worker.on_weight_version(version)
+
+    async def save_state(self, directory: Path) -> None:
+        """Coordinator snapshot and predictor into a checkpoint directory. Called right after
+        `push_weights`, before another group is taken: the snapshot and the weights
+        describe the same moment."""
+        snapshot = self.coordinator.snapshot()
+        await asyncio.to_thread(save_rollout_state, directory, snapshot, self.predictor)
+
+    async def summary(self) -> dict[str, int]:
+        counts = self.coordinator.counts
+        return {"groups_trained": counts.trained, "groups_dropped": counts.dropped,
+                "trajectories_discarded": counts.discarded, "preemptions": self.worker.preemptions,
+                "migrations": self.worker.migrations}
+
+    async def stats(self) -> dict[str, float]:
+        engine_stats = [await engine.acall(lambda e: e.stats()) for engine in self.async_engines]
+        prompt = sum(s["prompt_tokens"] for s in engine_stats)
+        cached = sum(s["cached_tokens"] for s in engine_stats)
+        stats = {"kv_hit_rate": cached / prompt if prompt else 0.0, "groups_ready": self.coordinator.ready_waiting,
+                 "live_trajectories": self.worker.live_trajectories}
+        if self.cluster is not None:
+            stats["sandboxes_live"] = len(self.cluster.controller.routes)
+        return stats
+
+    async def sandbox_samples(self) -> list[dict]:
+        """Memory per node agent, for the metrics; a node that cannot answer (dead, recovering)
+        is left out of this sample rather than stopping the run."""
+        if self.cluster is None:
+            return []
+        try:
+            views = await asyncio.to_thread(self.cluster.controller.node_views)
+        except SandboxError as err:
+            log.info("sandbox sample skipped: %s", err)
+            return []
+        return [{"node": v.node_id, "memory_bytes": int(v.m_used), "limit_bytes": int(v.m_total), "live": len(v.groups)}
+                for v in views]
+
+    async def evaluate(self, prompts: list[Prompt]) -> float:
+        """Mean reward of one greedy rollout per held-out prompt on the current weights."""
+        if not prompts:
+            return float("nan")
+        config = self.config.rollout.model_copy(update={"temperature": 0.0})
+
+        async def one(index: int, prompt: Prompt) -> float:
+            engine = self.async_engines[index % len(self.async_engines)]
+            key = f"eval-{index}"
+            env, sandbox = self.env_factory(), None
+            try:
+                if env.needs_sandbox:
+                    sandbox = await AsyncSandbox.create(self.cluster.controller, env.template or "base")
+                rollout = await run_agent_loop(env, prompt.row(), engine_generate(engine, lambda _: Priority.HIGH),
+                                               self.tokenizer, config, key, sandbox=sandbox)
+                return rollout.reward
+            finally:
+                engine.call(lambda e: e.release_trajectory(key))
+                if sandbox is not None:
+                    await sandbox.kill()
+
+        rewards = await asyncio.gather(*(one(i, prompt) for i, prompt in enumerate(prompts)))
+        return sum(rewards) / len(rewards)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._stop.set()
+            await asyncio.gather(self._task, return_exceptions=True)
+        for engine in self.async_engines:
+            await engine.shutdown()
+        if self.predictor is not None:
+            self.predictor.close()
+        if self.cluster is not None:
+            self.cluster.close()

@@ -1,0 +1,96 @@
+"""`venusrl simulate`: run a named scenario of the cluster simulator."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.progress import Progress
+
+from venusrl.bench.report import emit
+from venusrl.sim.report import markdown, plot, rows
+from venusrl.sim.run import SimSpec
+from venusrl.sim.run import simulate as run_spec
+from venusrl.sim.scenarios import PAPER_FIG10, PAPER_TABLE1, SCENARIOS
+from venusrl.sim.workload import WorkloadConfig, load_workload
+
+log = logging.getLogger(__name__)
+REFERENCES = {"paper-fig10": "venus", "paper-table1": "baseline", "scale": "venus"}
+
+
+def _run(spec: SimSpec) -> dict[str, Any]:
+    result = run_spec(spec).to_dict()
+    log.info("%s: %.0f tokens/s over %d steps, %.1fs simulated in %.1fs", spec.system.name,
+             result["throughput_tokens_per_s"], result["steps"], result["sim_seconds"], result["wall_s"])
+    return result
+
+
+def run_scenario(name: str, quick: bool, workload: WorkloadConfig, extra_policy: str | None = None,
+                 jobs: int = 1) -> dict[str, Any]:
+    if name not in SCENARIOS:
+        raise typer.BadParameter(f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)})")
+    cases = list(SCENARIOS[name](quick, workload, extra_policy))
+    specs = [spec for case in cases for spec in case.specs]
+    with Progress() as progress:
+        task = progress.add_task(f"simulate {name}", total=len(specs))
+        if jobs > 1:
+            with ProcessPoolExecutor(jobs) as pool:
+                futures = [pool.submit(_run, spec) for spec in specs]
+                results = []
+                for future in futures:
+                    results.append(future.result())
+                    progress.advance(task)
+        elif name == "scale":  # one long run: show simulated time instead
+            spec = specs[0]
+            progress.update(task, total=spec.max_sim_seconds)
+            result = run_spec(spec, lambda now, _events: progress.update(task, completed=now)).to_dict()
+            results = [result]
+        else:
+            results = []
+            for spec in specs:
+                results.append(_run(spec))
+                progress.advance(task)
+    out_cases, at = [], 0
+    for case in cases:
+        out_cases.append({"label": case.label, "runs": results[at : at + len(case.specs)]})
+        at += len(case.specs)
+    reference = REFERENCES[name]
+    table = rows(out_cases, reference, invert=name == "paper-fig10")
+    paper: dict[str, Any] = {"paper-fig10": PAPER_FIG10, "paper-table1": PAPER_TABLE1}.get(name, {})
+    return {"scenario": name, "quick": quick, "reference": reference, "table": table, "paper": paper, "cases": out_cases}
+
+
+def simulate(
+    scenario: Annotated[str, typer.Option("--scenario", help="paper-fig10, paper-table1 or scale")],
+    quick: Annotated[bool, typer.Option("--quick", help="a coarser, smaller run (under a minute)")] = False,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+    markdown_out: Annotated[Path | None, typer.Option("--markdown", help="write the table here")] = None,
+    plot_out: Annotated[Path | None, typer.Option("--plot", help="write a bar plot (PNG) here")] = None,
+    workload: Annotated[Path | None, typer.Option(help="workload YAML (default: examples/sim/swe_agent.yaml values)")] = None,
+    policy: Annotated[str | None, typer.Option(help="also run venus with this priority policy")] = None,
+    jobs: Annotated[int, typer.Option(min=1, help="runs in parallel processes")] = 1,
+    measured: Annotated[Path | None, typer.Option(help="validate: `venusrl bench rollout --json` output (default: run it now)")] = None,
+) -> None:
+    """Project the system to a cluster with the real scheduling code and a cost model
+    (scenarios paper-fig10, paper-table1, scale; `validate` compares with the rollout bench)."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if scenario == "validate":
+        from venusrl.sim.validate import run as validate
+
+        emit(validate(quick, json.loads(measured.read_text()) if measured else None), json_out)
+        return
+    config = load_workload(workload) if workload else WorkloadConfig()
+    result = run_scenario(scenario, quick, config, policy, jobs)
+    table = markdown(result["table"], result["reference"], PAPER_TABLE1 if scenario == "paper-table1" else None,
+                     invert=scenario == "paper-fig10")
+    if markdown_out:
+        markdown_out.write_text(table)
+    if plot_out and result["table"]:
+        plot(result["table"], result["reference"], plot_out, scenario)
+    result["markdown"] = table
+    emit(result, json_out)

@@ -1,0 +1,184 @@
+"""A simulated rollout engine: the real `venusrl.engine.scheduler.Scheduler` (and through it
+the real radix cache, page allocator and demotion) driven like `Engine.step` drives it, with
+the cost model in place of the model runner.
+
+Each iteration: queued weight updates and KV imports are applied at the boundary, then
+`schedule()` forms the batch, the cost model says how long it runs, and when that time has
+passed `on_batch_done()` gets one fresh token id per sampled item (a token stands for a unit
+of `quantum` real tokens; ids are unique, so the radix cache shares exactly the prefixes a
+real run would: a group's prompt and a trajectory's own history). Finished requests go to the
+owner's callback.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, field
+
+from venusrl.engine.batch import Batch
+from venusrl.engine.config import EngineConfig
+from venusrl.engine.request import PartialOutput
+from venusrl.engine.scheduler import Scheduler
+from venusrl.sim.cost_model import CostModel
+from venusrl.sim.events import EventLoop
+from venusrl.types import Priority, SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class EngineTotals:
+    iterations: int = 0
+    busy_s: float = 0.0
+    prefill_units: int = 0
+    reload_units: int = 0
+    decode_units: int = 0
+    weight_updates: int = 0
+    imports: int = 0
+
+
+@dataclass(slots=True)
+class SimEngine:
+    index: int
+    loop: EventLoop
+    config: EngineConfig  # in units of `quantum` tokens
+    cost: CostModel
+    quantum: int
+    token_ids: itertools.count  # shared by the whole simulation
+    on_finished: Callable[[int, PartialOutput], None]  # (engine index, output)
+    host_tier: bool = False  # previously computed KV comes back from host memory
+    weight_sync_s: float = 0.0
+    scheduler: Scheduler = field(init=False)
+    weight_version: int = 0
+    totals: EngineTotals = field(default_factory=EngineTotals)
+    _pending_version: int | None = None
+    _imports: list[tuple[list[int], str, Priority]] = field(default_factory=list)
+    _computed: dict[Hashable, int] = field(default_factory=dict)  # host-tier high-water mark
+    _running: bool = False  # an iteration is in flight or scheduled
+
+    def __post_init__(self) -> None:
+        self.scheduler = Scheduler(self.config)
+
+    # ---- the rollout worker's calls (the same as on the real Engine) ----------------------
+
+    def add_request(self, request_id: str, prompt_ids: list[int], max_new_units: int,
+                    priority: Priority, trajectory_id: str) -> None:
+        self.scheduler.add_request(request_id, prompt_ids, SamplingParams(max_new_tokens=max_new_units),
+                                   priority, trajectory_id)
+        self._wake()
+
+    def abort(self, request_id: str) -> PartialOutput:
+        return self.scheduler.abort(request_id)
+
+    # A queued trajectory change can free or unlock KV that a waiting request needs, so each
+    # wakes an idle engine (the real engine steps while it has work).
+    def start_trajectory(self, trajectory_id: str, priority: Priority) -> None:
+        self.scheduler.start_trajectory(trajectory_id, priority)
+        self._wake_if_waiting()
+
+    def release_trajectory(self, trajectory_id: str) -> None:
+        self.scheduler.release_trajectory(trajectory_id)
+        self._computed.pop(trajectory_id, None)
+        self._wake_if_waiting()
+
+    def set_priority(self, trajectory_id: str, priority: Priority) -> None:
+        self.scheduler.set_priority(trajectory_id, priority)
+        self._wake_if_waiting()
+
+    def update_weights(self, version: int) -> None:
+        self._pending_version = version
+        self._wake()
+
+    def queue_import(self, token_ids: list[int], trajectory_id: str, priority: Priority) -> None:
+        """Adopt a migrated trajectory with the KV of `token_ids` (already copied over)."""
+        self._imports.append((token_ids, trajectory_id, priority))
+        self._wake()
+
+    def paused(self, trajectory_id: str) -> bool:
+        """Demoted by residency-aware demotion (ThunderAgent's paused program)."""
+        trajectory = self.scheduler.cache.trajectories.get(trajectory_id)
+        return trajectory is not None and trajectory.demoted
+
+    def cached_prefix_units(self, token_ids: list[int]) -> int:
+        return len(self.scheduler.cached_prefix_slots(token_ids))
+
+    # ---- iterations ------------------------------------------------------------------------
+
+    def _wake_if_waiting(self) -> None:
+        if self.scheduler.waiting:
+            self._wake()
+
+    def _wake(self) -> None:
+        if not self._running:
+            self._running = True
+            self.loop.after(0.0, self._iterate)
+
+    def _iterate(self) -> None:
+        stall = self._apply_boundary()
+        batch = self.scheduler.schedule()
+        for output in batch.finished:  # a lone request outgrew the pool
+            self.on_finished(self.index, output)
+        if not batch.items:
+            self._running = False
+            if stall:
+                self.totals.busy_s += stall
+            return
+        seconds = stall + self._seconds(batch)
+        self.totals.iterations += 1
+        self.totals.busy_s += seconds
+        self.loop.after(seconds, lambda: self._complete(batch))
+
+    def _apply_boundary(self) -> float:
+        stall = 0.0
+        if self._pending_version is not None:
+            self.weight_version, self._pending_version = self._pending_version, None
+            if self.config.kv_after_weight_update == "recompute":
+                dropped = self.scheduler.drop_all_kv()
+                self._computed.clear()
+                log.debug("engine %d: weights v%d, %d cached units dropped", self.index, self.weight_version, dropped)
+            self.totals.weight_updates += 1
+            stall = self.weight_sync_s
+        for token_ids, trajectory_id, priority in self._imports:
+            self.scheduler.start_trajectory(trajectory_id, priority)
+            slots, offset = self.scheduler.reserve_prefix(token_ids)
+            self.scheduler.commit_prefix(token_ids, slots, offset, trajectory_id)
+            self.totals.imports += 1
+        self._imports.clear()
+        return stall
+
+    def _seconds(self, batch: Batch) -> float:
+        prefill = reload = 0
+        contexts: list[int] = []
+        requests = self.scheduler.requests
+        for item in batch.items:
+            count = len(item.token_ids)
+            if item.sample:
+                contexts.append(item.positions[-1])
+            if count > 1 or not item.sample:
+                prefill += count
+                if self.host_tier:
+                    request = requests[item.request_id]
+                    done = self._computed.get(request.trajectory_key, 0)
+                    reload += max(0, min(done, item.positions[-1] + 1) - item.positions[0])
+        self.totals.prefill_units += prefill
+        self.totals.reload_units += reload
+        self.totals.decode_units += len(contexts)
+        return self.cost.iteration_seconds(self.quantum, prefill, contexts, reload)
+
+    def _complete(self, batch: Batch) -> None:
+        requests = self.scheduler.requests
+        sampled = {}
+        for item in batch.items:
+            request = requests.get(item.request_id)
+            if request is None:
+                continue  # aborted while the batch ran
+            if self.host_tier:
+                key = request.trajectory_key
+                self._computed[key] = max(self._computed.get(key, 0), item.positions[-1] + 1)
+            if item.sample:
+                sampled[item.request_id] = next(self.token_ids)
+        for output in self.scheduler.on_batch_done(batch, sampled):
+            self.on_finished(self.index, output)
+        self._iterate()

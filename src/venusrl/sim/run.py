@@ -1,0 +1,214 @@
+"""Build one simulated cluster (engines, worker, coordinator, trainer) and run it."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from venusrl.coordinator.config import CoordinatorConfig
+from venusrl.coordinator.coordinator import DataCoordinator
+from venusrl.coordinator.policies import make_rule
+from venusrl.engine.config import EngineConfig
+from venusrl.sim.cost_model import MODELS, CostModel, preset
+from venusrl.sim.engine import SimEngine
+from venusrl.sim.events import EventLoop
+from venusrl.sim.predictor import NoisyLengthPredictor, log_spread
+from venusrl.sim.systems import SystemSpec
+from venusrl.sim.trainer import SimTrainer, TrainerCost, trainer_preset
+from venusrl.sim.worker import SimWorker
+from venusrl.sim.workload import Workload, WorkloadConfig
+from venusrl.types import Group, Prompt, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class SimSpec:
+    system: SystemSpec
+    workload: WorkloadConfig = field(default_factory=WorkloadConfig)
+    model: str = "qwen3-4b"
+    tp: int = 1
+    generation_gpus: int = 16
+    train_gpus: int = 16
+    batch_groups: int = 32
+    async_factor: float = 1.5
+    max_version_span: int = 1  # the paper discards samples spanning 3+ versions
+    steps: int = 4  # optimizer steps to run
+    measure_from: int = 1  # throughput counts steps after this one (warm-up excluded)
+    quantum: int = 64  # real tokens per simulated unit
+    slots_per_engine: int = 64
+    max_running_requests: int = 256
+    predictor_spearman: float = 0.98  # the paper's Fig. 16a
+    prediction_latency_s: float = 0.05
+    weight_sync_s: float = 1.0
+    kv_after_weight_update: Literal["recompute", "keep"] = "keep"
+    network_bytes_per_s: float = 25e9  # host-to-host KV copy for migration
+    seed: int = 0
+    cost: CostModel | None = None  # None: the preset of `model` at `tp`
+    trainer: TrainerCost | None = None
+    max_sim_seconds: float = float("inf")
+    max_events: int | None = None
+    tool_seconds_prior: float | None = None  # None: the workload's median
+
+
+@dataclass(slots=True)
+class SimResult:
+    name: str
+    sim_seconds: float
+    steps: int
+    step_times: list[float]
+    throughput_tokens_per_s: float
+    time_to_first_batch_s: float | None
+    wall_s: float
+    events: int
+    engine: dict[str, Any]
+    worker: dict[str, Any]
+    coordinator: dict[str, int]
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.wall_s if self.wall_s else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "sim_seconds": round(self.sim_seconds, 3), "steps": self.steps,
+            "step_times": [round(t, 3) for t in self.step_times],
+            "throughput_tokens_per_s": round(self.throughput_tokens_per_s, 1),
+            "time_to_first_batch_s": None if self.time_to_first_batch_s is None else round(self.time_to_first_batch_s, 3),
+            "wall_s": round(self.wall_s, 2), "events": self.events, "events_per_s": round(self.events_per_s),
+            "engine": self.engine, "worker": self.worker, "coordinator": self.coordinator,
+        }  # fmt: skip
+
+
+def prompts() -> Iterator[Prompt]:
+    """An endless dataset; the workload draws each prompt's trajectories from its index."""
+    for index in itertools.count():
+        yield Prompt(id=str(index), messages=({"role": "user", "content": ""},), metadata={"index": index})
+
+
+def simulate(spec: SimSpec, progress: Callable[[float, int], None] | None = None) -> SimResult:
+    """Run until `spec.steps` optimizer steps (or the time or event limit)."""
+    started = time.perf_counter()
+    q = spec.quantum
+    workload = Workload(spec.workload, spec.seed)
+    cost = spec.cost or preset(spec.model, spec.tp)
+    loop = EventLoop()
+    token_ids = itertools.count()
+    engine_config = EngineConfig(
+        page_size=1, kv_capacity_tokens=cost.kv_capacity_tokens // q, max_running_requests=spec.max_running_requests,
+        max_prefill_tokens=max(1, 16384 // q), chunked_prefill_size=max(1, 8192 // q),
+        cache_policy=spec.system.cache_policy, demotion=spec.system.demotion,
+        kv_after_weight_update=spec.kv_after_weight_update,
+    )  # fmt: skip
+    engines = [
+        SimEngine(i, loop, engine_config, cost, q, token_ids, on_finished=lambda *_: None,
+                  host_tier=spec.system.host_tier, weight_sync_s=spec.weight_sync_s)
+        for i in range(spec.generation_gpus // cost.gpus)
+    ]  # fmt: skip
+    sample = [workload.plan(p, i, 0) for p in range(64) for i in range(workload.group_size)]
+    mean_units = sum(p.gen_tokens for p in sample) / len(sample) / q
+    mean_turn_units = mean_units * len(sample) / sum(len(p.turns) for p in sample)
+    tool_prior = spec.tool_seconds_prior if spec.tool_seconds_prior is not None else spec.workload.tool_seconds_median
+    config = CoordinatorConfig(
+        group_size=workload.group_size, batch_groups=spec.batch_groups, async_factor=spec.async_factor,
+        max_version_span=spec.max_version_span, policy=spec.system.policy,
+        prior_remaining_tokens=mean_units, prior_tokens_per_turn=mean_turn_units,
+        prior_seconds_per_token=cost.iteration_seconds(q, 0, [mean_units] * spec.slots_per_engine, 0),
+        prior_tool_seconds=max(0.0, tool_prior),
+    )  # fmt: skip
+    worker_ref: list[SimWorker] = []
+
+    def true_remaining(trajectory: Trajectory) -> float:
+        live = worker_ref[0].live.get(trajectory.id)
+        return live.remaining_units if live is not None else 0.0
+
+    rule = make_rule(config.policy, true_remaining=true_remaining) if config.policy == "oracle" else None
+    coordinator = DataCoordinator(config, prompts(), rule=rule)
+    first_batch: list[float] = []
+
+    def on_step(version: int) -> None:
+        log.info("weight version %d at %.1fs simulated", version, loop.now)
+        worker._apply(coordinator.on_weight_version(version, loop.now))
+        for engine in engines:
+            engine.update_weights(version)
+        if version >= spec.steps:
+            loop.stop()
+
+    trainer = SimTrainer(loop, spec.trainer or trainer_preset(spec.model, spec.train_gpus), spec.batch_groups, on_step)
+
+    def on_ready(group: Group) -> None:
+        if coordinator.counts.ready == spec.batch_groups and not first_batch:
+            first_batch.append(loop.now)
+        trainer.add_group(q * sum(len(t.token_ids) for t in group.trajectories))
+
+    group_prompts: dict[int, list[int]] = {}
+
+    def prompt_ids_of(trajectory: Trajectory) -> list[int]:
+        index = trajectory.prompt.metadata["index"]
+        if index not in group_prompts:
+            units = max(1, round(workload.prompt_tokens(index) / q))
+            group_prompts[index] = [next(token_ids) for _ in range(units)]
+        return group_prompts[index]
+
+    predictor = None
+    if spec.system.uses_predictions:
+        spread = log_spread([p.gen_tokens // q for p in sample])
+        predictor = NoisyLengthPredictor(spec.predictor_spearman, spread, spec.prediction_latency_s, spec.seed)
+    kv_bytes = MODELS[spec.model].kv_bytes_per_token if spec.model in MODELS else 0
+    worker = SimWorker(
+        loop, coordinator, engines, spec.system, spec.slots_per_engine,
+        plan_of=lambda t: workload.plan(t.prompt.metadata["index"], t.index, t.attempt),
+        prompt_ids_of=prompt_ids_of, token_ids=token_ids, quantum=q, on_ready=on_ready,
+        predictor=predictor, transfer_s_per_unit=q * kv_bytes / spec.network_bytes_per_s,
+    )  # fmt: skip
+    worker_ref.append(worker)
+    worker.start()
+    chunk = 20000
+    while loop.pending and trainer.version < spec.steps and loop.now < spec.max_sim_seconds:
+        if spec.max_events is not None and loop.processed >= spec.max_events:
+            break
+        before = loop.processed
+        loop.run(until=spec.max_sim_seconds, max_events=chunk)
+        if progress is not None:
+            progress(loop.now, loop.processed)
+        if loop.processed == before:
+            break
+    return _result(spec, loop, engines, worker, coordinator, trainer, first_batch, time.perf_counter() - started)
+
+
+def _result(spec: SimSpec, loop: EventLoop, engines: list[SimEngine], worker: SimWorker,
+            coordinator: DataCoordinator, trainer: SimTrainer, first_batch: list[float], wall_s: float) -> SimResult:
+    q = spec.quantum
+    steps = trainer.step_times
+    k = spec.measure_from
+    if len(steps) > k:
+        start = steps[k - 1] if k > 0 else 0.0
+        throughput = sum(trainer.step_tokens[k:]) / max(1e-9, steps[-1] - start)
+    else:
+        throughput = sum(trainer.step_tokens) / loop.now if loop.now else 0.0
+    counters = [e.scheduler.counters for e in engines]
+    prompt = sum(c.prompt_tokens for c in counters)
+    engine = {
+        "engines": len(engines),
+        "busy_fraction": round(sum(e.totals.busy_s for e in engines) / max(1e-9, loop.now * len(engines)), 4),
+        "hit_rate": round(sum(c.cached_tokens for c in counters) / prompt, 4) if prompt else 0.0,
+        "recomputed_tokens": q * sum(c.recomputed_tokens for c in counters),
+        "reloaded_tokens": q * sum(e.totals.reload_units for e in engines),
+        "prefill_tokens": q * sum(e.totals.prefill_units for e in engines),
+        "decode_tokens": q * sum(e.totals.decode_units for e in engines),
+        "retractions": sum(c.retractions for c in counters),
+        "engine_preemptions": sum(c.preemptions for c in counters),
+        "demotions": sum(c.demotions for c in counters),
+        "iterations": sum(e.totals.iterations for e in engines),
+    }
+    worker_counts = asdict(worker.counts)
+    return SimResult(
+        name=spec.system.name, sim_seconds=loop.now, steps=trainer.version, step_times=list(steps),
+        throughput_tokens_per_s=throughput, time_to_first_batch_s=first_batch[0] if first_batch else None,
+        wall_s=wall_s, events=loop.processed, engine=engine, worker=worker_counts,
+        coordinator=asdict(coordinator.counts),
+    )  # fmt: skip

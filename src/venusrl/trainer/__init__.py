@@ -1,0 +1,1 @@
+"""Trainer: GRPO/PPO losses, the streaming trainer, SFT warm start, weight sync."""

@@ -1,0 +1,40 @@
+"""Forward passes that compute a batch's common token prefix once.
+
+The K trajectories of a group start with the same prompt, and in agentic tasks the prompt
+(system message, tool schemas) is most of the tokens. Running the prefix once and the K
+suffixes on top of its KV cuts the trainer's work by up to K times; gradients flow through
+the shared cache into the prefix, so the result equals the plain batched forward (a test
+checks logits and gradients).
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import torch
+from torch import nn
+
+
+def common_prefix_length(sequences: list[list[int]]) -> int:
+    """Tokens every sequence shares from the start, leaving each at least one token of its own."""
+    shortest = min(len(s) for s in sequences)
+    first = sequences[0]
+    length = 0
+    while length < shortest - 1 and all(s[length] == first[length] for s in sequences):
+        length += 1
+    return length
+
+
+def causal_lm_logits(model: nn.Module, ids: torch.Tensor, attention: torch.Tensor, prefix: int) -> torch.Tensor:
+    """Logits [B, T, V] of right-padded `ids` whose first `prefix` tokens are the same in
+    every row. With `prefix` 0 (or one row) it is the plain forward."""
+    batch = ids.shape[0]
+    if prefix == 0 or batch == 1:
+        return model(input_ids=ids, attention_mask=attention).logits
+    # transformers 5 names the KV cache `cache`; 4.x `past_key_values`
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    head = model(input_ids=ids[:1, :prefix], use_cache=True)
+    cache = getattr(head, name)
+    cache.batch_repeat_interleave(batch)
+    tail = model(input_ids=ids[:, prefix:], attention_mask=attention, **{name: cache}).logits
+    return torch.cat([head.logits.expand(batch, -1, -1), tail], dim=1)

@@ -1,0 +1,199 @@
+"""Streaming GRPO/PPO trainer on a Hugging Face causal LM.
+
+Each finished group is trained on the moment it arrives: its advantages come from its own K
+rewards, its token-sum loss is backpropagated and the gradient accumulates. When B groups are
+in, `step` divides the accumulated gradient by the batch's token count (an exact token mean
+over the batch), clips, takes the optimizer step and increments the weight version; the
+caller then pushes `engine_weights()` to the engines.
+
+Invariant: the weights do not change between two steps, so the proximal policy π_θ_old of
+every group in a batch is the current π_θ and its log-probs are computed in the same
+forward pass (ratio exactly 1, the PPO gradient A·∇log π). The off-policy part, rollouts
+sampled by older engine weights, is corrected by TIS and IcePop against the behaviour
+log-probs the engine recorded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from venusrl.trainer.config import TrainerConfig
+from venusrl.trainer.losses import (
+    PolicyLossConfig,
+    PolicyLossStats,
+    group_advantages,
+    policy_loss,
+    token_logprobs_and_entropy,
+)
+from venusrl.trainer.shared_prefix import causal_lm_logits, common_prefix_length
+from venusrl.types import Group, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class GroupResult:
+    group_id: int
+    reward_mean: float
+    tokens: int  # generated tokens trained on
+    skipped: bool  # every reward equal: no signal, no backward pass
+    loss_sum: float
+    stats: PolicyLossStats
+
+
+@dataclass(slots=True)
+class StepResult:
+    version: int
+    groups: int
+    trajectories: int
+    tokens: int
+    loss: float  # token mean over the batch
+    grad_norm: float
+    reward_mean: float
+    reward_std: float
+    skipped_groups: int
+    seconds: float
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Accumulated:
+    groups: list[GroupResult] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    tokens: int = 0
+    loss_sum: float = 0.0
+    stats: PolicyLossStats = field(default_factory=PolicyLossStats)
+    started: float = field(default_factory=time.monotonic)
+
+
+class StreamingTrainer:
+    def __init__(
+        self, model: nn.Module, config: TrainerConfig, version: int = 0, reference: nn.Module | None = None
+    ) -> None:
+        if config.kl_coef > 0 and reference is None:
+            raise ValueError("trainer.kl_coef > 0 needs a reference model")
+        self.model, self.config, self.version, self.reference = model, config, version, reference
+        self.loss_config = PolicyLossConfig(
+            clip_low=config.clip_low, clip_high=config.clip_high, tis_cap=config.tis_cap,
+            icepop_low=config.icepop_low, icepop_high=config.icepop_high,
+            kl_coef=config.kl_coef, entropy_coef=config.entropy_coef)
+        self.optimizer = torch.optim.AdamW(
+            [p for p in model.parameters() if p.requires_grad], lr=config.learning_rate,
+            betas=config.adam_betas, weight_decay=config.weight_decay)
+        self._device = next(model.parameters()).device
+        self._batch = _Accumulated()
+        self.model.train()
+
+    @property
+    def accumulated_groups(self) -> int:
+        return len(self._batch.groups)
+
+    def accumulate(self, group: Group) -> GroupResult:
+        """Backpropagate one ready group's loss into the accumulated gradient."""
+        trajectories = group.trajectories
+        rewards = torch.tensor([_reward(t) for t in trajectories], dtype=torch.float32)
+        advantages = group_advantages(rewards, self.config.advantage)
+        self._batch.rewards += rewards.tolist()
+        tokens = sum(sum(t.generated_mask) for t in trajectories)
+        needs_pass = bool(advantages.abs().max() > 0) or self.config.kl_coef > 0 or self.config.entropy_coef > 0
+        loss_sum, stats = 0.0, PolicyLossStats()
+        if needs_pass:
+            order = sorted(range(len(trajectories)), key=lambda i: len(trajectories[i].token_ids))
+            for micro in _micro_batches(order, [len(trajectories[i].token_ids) for i in order], self.config.micro_batch_tokens):
+                terms_loss, terms_stats = self._backward([trajectories[i] for i in micro], advantages[micro])
+                loss_sum += terms_loss
+                stats = stats.merge(terms_stats)
+        result = GroupResult(group.id, float(rewards.mean()), tokens, not needs_pass, loss_sum, stats)
+        self._batch.groups.append(result)
+        self._batch.tokens += tokens
+        self._batch.loss_sum += loss_sum
+        self._batch.stats = self._batch.stats.merge(stats)
+        return result
+
+    def step(self) -> StepResult:
+        """Optimizer step on the accumulated groups; the weight version increments."""
+        batch = self._batch
+        if not batch.groups:
+            raise RuntimeError("step() with no accumulated group")
+        scale = 1.0 / max(batch.tokens, 1)
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        for p in params:
+            p.grad.mul_(scale)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)) if params else 0.0
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.version += 1
+        rewards = torch.tensor(batch.rewards)
+        result = StepResult(
+            version=self.version, groups=len(batch.groups), trajectories=len(batch.rewards), tokens=batch.tokens,
+            loss=batch.loss_sum * scale, grad_norm=grad_norm, reward_mean=float(rewards.mean()),
+            reward_std=float(rewards.std(correction=0)), skipped_groups=sum(g.skipped for g in batch.groups),
+            seconds=time.monotonic() - batch.started, stats=batch.stats.as_dict())
+        self._batch = _Accumulated()
+        log.info("step to weight version %d: %d groups, %d tokens, loss %.4f, reward %.3f, grad norm %.3f",
+                 result.version, result.groups, result.tokens, result.loss, result.reward_mean, grad_norm)
+        return result
+
+    @torch.no_grad()
+    def engine_weights(self) -> dict[str, torch.Tensor]:
+        """A copy of the weights by Hugging Face name, safe to hand to engine threads while the
+        trainer goes on."""
+        return {name: tensor.detach().to("cpu", copy=True) for name, tensor in self.model.state_dict().items()}
+
+    def _backward(self, trajectories: list[Trajectory], advantages: torch.Tensor) -> tuple[float, PolicyLossStats]:
+        length = max(len(t.token_ids) for t in trajectories)
+        ids = torch.zeros(len(trajectories), length, dtype=torch.long)
+        attention = torch.zeros(len(trajectories), length, dtype=torch.long)
+        mask = torch.zeros(len(trajectories), length, dtype=torch.bool)
+        behaviour = torch.zeros(len(trajectories), length)
+        for row, t in enumerate(trajectories):
+            n = len(t.token_ids)
+            ids[row, :n] = torch.tensor(t.token_ids)
+            attention[row, :n] = 1
+            mask[row, :n] = torch.tensor(t.generated_mask, dtype=torch.bool)
+            behaviour[row, :n] = torch.tensor(t.logprobs)
+        ids, attention = ids.to(self._device), attention.to(self._device)
+        # position i predicts token i+1: drop the first token's label and the last position
+        labels = ids[:, 1:].masked_fill(~attention[:, 1:].bool(), -100)
+        mask, behaviour = mask[:, 1:].to(self._device), behaviour[:, 1:].to(self._device)
+        prefix = common_prefix_length([t.token_ids for t in trajectories])
+        prefix = prefix if prefix >= self.config.shared_prefix_min_tokens else 0
+        logits = causal_lm_logits(self.model, ids, attention, prefix)[:, :-1]
+        logprobs, entropy = token_logprobs_and_entropy(logits, labels)
+        reference = None
+        if self.reference is not None:
+            with torch.no_grad():
+                reference, _ = token_logprobs_and_entropy(
+                    causal_lm_logits(self.reference, ids, attention, prefix)[:, :-1], labels)
+        terms = policy_loss(logprobs, logprobs.detach(), behaviour, advantages.to(self._device)[:, None], mask,
+                            self.loss_config, ref_logprobs=reference, entropy=entropy)
+        terms.loss_sum.backward()
+        return float(terms.loss_sum.detach()), terms.stats
+
+
+def _reward(trajectory: Trajectory) -> float:
+    if trajectory.reward is None:
+        raise ValueError(f"trajectory {trajectory.id} of group {trajectory.group_id} has no reward")
+    return trajectory.reward
+
+
+def _micro_batches(order: list[int], lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Consecutive runs of `order` whose padded size (rows x longest) stays under max_tokens;
+    a sequence longer than the bound gets a micro-batch of its own."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    longest = 0
+    for index, length in zip(order, lengths, strict=True):
+        if current and (len(current) + 1) * max(longest, length) > max_tokens:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(index)
+        longest = max(longest, length)
+    if current:
+        batches.append(current)
+    return batches

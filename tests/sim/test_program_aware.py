@@ -1,0 +1,45 @@
+"""ThunderAgent's emulation runs under the same concurrency bound as the other systems, and a
+trajectory the engine has demoted (paused) yields its generation slot."""
+
+from __future__ import annotations
+
+import pytest
+from tests.sim.sim_helpers import small_spec
+
+from venusrl.engine.scheduler import Scheduler
+from venusrl.sim import run
+
+
+@pytest.mark.parametrize("name", ["thunderagent", "venus", "+kv_residency"])
+def test_running_requests_never_exceed_the_slots_and_every_step_completes(monkeypatch, name):
+    most = [0]
+    original = Scheduler.schedule
+
+    def counted(self):
+        batch = original(self)
+        most[0] = max(most[0], len(self.running))
+        return batch
+
+    monkeypatch.setattr(Scheduler, "schedule", counted)
+    spec = small_spec(name, steps=4)
+    result = run.simulate(spec)
+    assert result.steps == 4
+    assert result.engine["demotions"] > 0  # the pool is small enough for demotion to run
+    assert most[0] <= spec.slots_per_engine
+
+
+def test_a_paused_holder_gives_its_slot_to_a_runnable_trajectory(monkeypatch):
+    built = {}
+    original_result = run._result
+
+    def keep(spec, loop, engines, worker, coordinator, trainer, first, wall):
+        built.update(worker=worker, engines=engines)
+        return original_result(spec, loop, engines, worker, coordinator, trainer, first, wall)
+
+    monkeypatch.setattr(run, "_result", keep)
+    run.simulate(small_spec("thunderagent", steps=1))
+    worker, engines = built["worker"], built["engines"]
+    for trajectory in worker.live.values():
+        paused = engines[trajectory.engine].paused(trajectory.key)
+        assert worker._slot_priority(trajectory).name == ("LOW" if paused else "HIGH")
+        assert worker._declared_priority(trajectory).name == "HIGH"

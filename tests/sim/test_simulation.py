@@ -1,0 +1,47 @@
+"""Whole-cluster invariants, for every system."""
+
+from __future__ import annotations
+
+import pytest
+from tests.sim.sim_helpers import small_spec
+
+from venusrl.coordinator.coordinator import DataCoordinator
+from venusrl.sim import run
+from venusrl.sim.systems import SYSTEMS
+
+
+@pytest.mark.parametrize("name", sorted(SYSTEMS))
+def test_every_trajectory_ends_exactly_once_and_the_engines_stay_consistent(monkeypatch, name):
+    done: list[int] = []
+    original = DataCoordinator.on_trajectory_done
+
+    def recorded(self, trajectory_id, now, reward):
+        done.append(trajectory_id)
+        return original(self, trajectory_id, now, reward)
+
+    monkeypatch.setattr(DataCoordinator, "on_trajectory_done", recorded)
+    built = {}
+    original_result = run._result
+
+    def keep(spec, loop, engines, worker, coordinator, trainer, first, wall):
+        built.update(engines=engines, worker=worker, coordinator=coordinator)
+        return original_result(spec, loop, engines, worker, coordinator, trainer, first, wall)
+
+    monkeypatch.setattr(run, "_result", keep)
+    result = run.simulate(small_spec(name))
+
+    worker, coordinator = built["worker"], built["coordinator"]
+    assert result.steps == 3
+    assert len(done) == len(set(done)) == worker.counts.finished
+    started = coordinator._next_trajectory_id
+    assert worker.counts.finished + worker.counts.discarded + len(worker.live) == started
+    assert coordinator.counts.ready * 4 <= worker.counts.finished
+    for engine in built["engines"]:
+        engine.scheduler.check_integrity()
+    assert result.step_times == sorted(result.step_times)
+
+
+def test_the_same_seed_gives_the_same_run():
+    first, second = run.simulate(small_spec("venus")), run.simulate(small_spec("venus"))
+    assert first.step_times == second.step_times
+    assert first.engine == second.engine

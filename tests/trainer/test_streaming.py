@@ -1,0 +1,134 @@
+"""The streaming trainer: per-group accumulation is an exact token mean over the batch, a
+step lowers the batch's loss, degenerate groups cost nothing, and weight sync makes the
+engine sample what the trainer's model would."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import transformers
+
+from venusrl.engine.config import EngineConfig
+from venusrl.engine.engine import Engine
+from venusrl.trainer.config import TrainerConfig
+from venusrl.trainer.losses import (
+    PolicyLossConfig,
+    group_advantages,
+    policy_loss,
+    token_logprobs_and_entropy,
+)
+from venusrl.trainer.streaming import StreamingTrainer
+from venusrl.types import Group, Prompt, SamplingParams, Trajectory, TrajectoryStatus
+
+
+def _model(model_dir) -> transformers.PreTrainedModel:
+    return transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+
+
+@torch.no_grad()
+def _logprobs(model, ids: list[int]) -> list[float]:
+    logits = model(input_ids=torch.tensor([ids])).logits[0, :-1]
+    return [0.0] + torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0].tolist()
+
+
+def _group(model, group_id: int, rewards: list[float], seed: int) -> Group:
+    """K trajectories of random tokens: the group's shared prompt (long enough for the
+    trainer to compute it once), then generated tokens whose behaviour log-probs are the
+    model's own (an on-policy rollout)."""
+    generator = torch.Generator().manual_seed(seed)
+    prompt = Prompt(id=f"p{group_id}", messages=({"role": "user", "content": "q"},))
+    shared = torch.randint(0, 200, (20,), generator=generator).tolist()
+    trajectories = []
+    for index, reward in enumerate(rewards):
+        generated = 4 + 2 * index
+        ids = shared + torch.randint(0, 200, (generated,), generator=generator).tolist()
+        mask = [False] * len(shared) + [True] * generated
+        logprobs = [lp if m else 0.0 for lp, m in zip(_logprobs(model, ids), mask, strict=True)]
+        t = Trajectory(id=group_id * 10 + index, group_id=group_id, index=index, attempt=0, prompt=prompt,
+                       start_version=0, status=TrajectoryStatus.DONE, token_ids=ids, generated_mask=mask,
+                       logprobs=logprobs, reward=reward)
+        trajectories.append(t)
+    return Group(id=group_id, seq=group_id, prompt=prompt, trajectories=trajectories, admitted_at=0.0)
+
+
+def _batch_loss(model, groups: list[Group], config: TrainerConfig) -> torch.Tensor:
+    """The token-mean loss of the whole batch in one computation (what streaming must equal)."""
+    loss_config = PolicyLossConfig(clip_low=config.clip_low, clip_high=config.clip_high, tis_cap=config.tis_cap,
+                                   icepop_low=config.icepop_low, icepop_high=config.icepop_high)
+    total, tokens = 0.0, 0
+    for group in groups:
+        advantages = group_advantages(torch.tensor([t.reward for t in group.trajectories]), config.advantage)
+        for t, advantage in zip(group.trajectories, advantages, strict=True):
+            ids = torch.tensor([t.token_ids])
+            logprobs, _ = token_logprobs_and_entropy(model(input_ids=ids).logits[:, :-1], ids[:, 1:])
+            mask = torch.tensor([t.generated_mask[1:]])
+            terms = policy_loss(logprobs, logprobs.detach(), torch.tensor([t.logprobs[1:]]), advantage, mask, loss_config)
+            total = total + terms.loss_sum
+            tokens += terms.tokens
+    return total / tokens
+
+
+def test_accumulated_gradient_is_the_token_mean_over_the_batch(tiny_model_dir):
+    config = TrainerConfig(learning_rate=1e-3, max_grad_norm=1e9, micro_batch_tokens=64)
+    streaming, reference = _model(tiny_model_dir), _model(tiny_model_dir)
+    groups = [_group(reference, 0, [1.0, 0.0, 0.0, 1.0], seed=0), _group(reference, 1, [0.0, 0.5, 1.0], seed=1)]
+    trainer = StreamingTrainer(streaming, config)
+    for group in groups:
+        trainer.accumulate(group)
+    tokens = sum(sum(t.generated_mask) for g in groups for t in g.trajectories)
+    _batch_loss(reference, groups, config).backward()
+    for (name, p), q in zip(streaming.named_parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(p.grad / tokens, q.grad, atol=1e-6, rtol=1e-4, msg=name)
+
+
+def test_one_step_lowers_the_batch_loss(tiny_model_dir):
+    config = TrainerConfig(learning_rate=1e-3)
+    model = _model(tiny_model_dir)
+    groups = [_group(model, 0, [1.0, 0.0, 1.0, 0.0], seed=2), _group(model, 1, [0.0, 0.0, 1.0, 1.0], seed=3)]
+    with torch.no_grad():
+        before = float(_batch_loss(model, groups, config))
+    trainer = StreamingTrainer(model, config)
+    for group in groups:
+        trainer.accumulate(group)
+    result = trainer.step()
+    with torch.no_grad():
+        after = float(_batch_loss(model, groups, config))
+    assert result.version == 1 and result.groups == 2 and result.trajectories == 8
+    assert result.loss == pytest.approx(before, abs=1e-5)
+    assert after < before
+
+
+def test_a_group_with_equal_rewards_is_counted_but_not_backpropagated(tiny_model_dir):
+    model = _model(tiny_model_dir)
+    trainer = StreamingTrainer(model, TrainerConfig())
+    result = trainer.accumulate(_group(model, 0, [1.0, 1.0, 1.0], seed=4))
+    assert result.skipped and result.tokens == 4 + 6 + 8
+    assert all(p.grad is None for p in model.parameters())
+    step = trainer.step()
+    assert step.skipped_groups == 1 and step.version == 1
+
+
+def test_step_without_groups_is_an_error(tiny_model_dir):
+    with pytest.raises(RuntimeError, match="no accumulated group"):
+        StreamingTrainer(_model(tiny_model_dir), TrainerConfig()).step()
+
+
+def test_weight_sync_makes_the_engine_sample_what_the_trainer_model_would(tiny_model_dir):
+    model = _model(tiny_model_dir)
+    trainer = StreamingTrainer(model, TrainerConfig(learning_rate=5e-2))
+    trainer.accumulate(_group(model, 0, [1.0, 0.0, 0.0, 1.0], seed=5))
+    trainer.step()
+    engine = Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=4096, page_size=4))
+    prompt = list(range(10, 30))
+    stale = engine.generate([prompt], SamplingParams(max_new_tokens=12, temperature=0.0))[0].output_ids
+    engine.update_weights(trainer.engine_weights(), trainer.version)
+    synced = engine.generate([prompt], SamplingParams(max_new_tokens=12, temperature=0.0))[0]
+    model.eval()
+    with torch.no_grad():
+        expected = model.generate(torch.tensor([prompt]), max_new_tokens=12, do_sample=False,
+                                  eos_token_id=None, pad_token_id=0)[0, len(prompt):].tolist()
+    # the engine stops at an end-of-turn token; transformers was told not to
+    assert synced.output_ids == expected[: len(synced.output_ids)]
+    assert synced.finish_reason == "length" or synced.output_ids[-1] in engine.eos_token_ids
+    assert set(synced.weight_versions) == {1}
+    assert stale != synced.output_ids  # the step changed what the model samples
