@@ -14,7 +14,7 @@ import copy
 import pickle
 from dataclasses import dataclass
 
-from venusrl.types import Group, GroupStatus, TrajectoryStatus
+from venusrl.types import Group, GroupStatus
 
 
 @dataclass(slots=True)
@@ -54,7 +54,3 @@ def copy_groups(groups: list[Group]) -> list[Group]:
     """Deep copies, so the live coordinator can move on while the snapshot is written."""
     return copy.deepcopy(groups)
 
-
-def kept_trajectories(group: Group) -> list[int]:
-    """Indices of a running group's trajectories that survive a restart (the DONE ones)."""
-    return [t.index for t in group.trajectories if t.status is TrajectoryStatus.DONE]

@@ -111,7 +111,8 @@ def save_weights(model: CausalLM, path: str | Path, max_shard_bytes: int | None 
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja",
-                   "generation_config.json", "vocab.json", "merges.txt", "tokenizer.model", "added_tokens.json")
+                   "chat_template.json", "generation_config.json", "vocab.json", "merges.txt", "tokenizer.model",
+                   "added_tokens.json")
 
 
 def copy_tokenizer_files(source: str | Path, target: str | Path) -> None:

@@ -229,7 +229,7 @@ class RolloutWorker:
         env, sandbox = self.env_factory(), None
         try:
             if env.needs_sandbox:
-                sandbox = await self._create_sandbox(env, trajectory)
+                sandbox = await create_sandbox(env, self.sandboxes, group_id=f"group-{trajectory.group_id}")
             rollout = await run_agent_loop(env, row, self._generate, self.tokenizer, self.config,
                                            str(trajectory_id), sandbox=sandbox, observer=observer)
         except asyncio.CancelledError:
@@ -250,13 +250,6 @@ class RolloutWorker:
             self._changed.set()
             if sandbox is not None:
                 await _kill_quietly(sandbox, trajectory_id)
-
-    async def _create_sandbox(self, env: Environment, trajectory: Trajectory) -> AsyncSandbox:
-        """One sandbox per trajectory, from the environment's template; the group's sandboxes
-        share a node and so its template pages."""
-        if self.sandboxes is None:
-            raise RuntimeError(f"environment {type(env).__name__} needs a sandbox and the worker has no sandbox controller")
-        return await AsyncSandbox.create(self.sandboxes, env.template or "base", group_id=f"group-{trajectory.group_id}")
 
     async def _generate(self, prompt_ids: list[int], sampling: SamplingParams, key: str) -> TurnOutput:
         trajectory_id = int(key)
@@ -301,6 +294,14 @@ class RolloutWorker:
     def _release(self, trajectory_id: int, finished: bool) -> None:
         for granted in self.slots[self._engine_of[trajectory_id]].release(trajectory_id, finished):
             self._grants.setdefault(granted, asyncio.Event()).set()
+
+
+async def create_sandbox(env: Environment, controller: SandboxController | None, group_id: str | None = None) -> AsyncSandbox:
+    """One sandbox for one trajectory, from the environment's template; a group's sandboxes
+    (same `group_id`) share a node and so its template pages."""
+    if controller is None:
+        raise RuntimeError(f"environment {type(env).__name__} needs a sandbox and there is no sandbox controller")
+    return await AsyncSandbox.create(controller, env.template or "base", group_id=group_id)
 
 
 async def _kill_quietly(sandbox: AsyncSandbox, trajectory_id: int) -> None:

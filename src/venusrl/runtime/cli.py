@@ -14,7 +14,6 @@ import yaml
 
 from venusrl.cli_support import load_config_or_exit
 from venusrl.config import Config
-from venusrl.coordinator.dataset import DatasetError
 
 
 def train(
@@ -29,7 +28,7 @@ def train(
     directory = resolve_run_dir(config, run_dir)
     try:
         summary = run_training(config, directory, progress)
-    except (DatasetError, ValueError) as err:
+    except ValueError as err:  # bad data, model or checkpoint, named by the message
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     typer.echo(f"run directory {directory}: {summary['steps']} steps in {summary['wall_s']:.0f}s, held-out accuracy "

@@ -9,7 +9,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 class TrainingProgress:
     def __init__(self, total_steps: int, done_steps: int = 0, enabled: bool = True) -> None:
-        self.enabled = enabled
         self._progress = Progress(TextColumn("[bold]train"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                                   TextColumn("{task.description}"), console=Console(stderr=True), disable=not enabled)
         self._task = self._progress.add_task("starting", total=total_steps, completed=done_steps)

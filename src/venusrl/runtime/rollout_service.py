@@ -20,9 +20,8 @@ from venusrl.engine.engine import Engine
 from venusrl.env.registry import environment_factory
 from venusrl.rollout.agent_loop import run_agent_loop
 from venusrl.rollout.generate import engine_generate
-from venusrl.rollout.worker import RolloutWorker
+from venusrl.rollout.worker import RolloutWorker, create_sandbox
 from venusrl.runtime.config import SchedulerPolicy
-from venusrl.sandbox.api import AsyncSandbox
 from venusrl.sandbox.cluster import LocalCluster
 from venusrl.sandbox.errors import SandboxError
 from venusrl.trainer.checkpoint import save_rollout_state
@@ -152,7 +151,7 @@ class RolloutService:
             env, sandbox = self.env_factory(), None
             try:
                 if env.needs_sandbox:
-                    sandbox = await AsyncSandbox.create(self.cluster.controller, env.template or "base")
+                    sandbox = await create_sandbox(env, self.cluster.controller)
                 rollout = await run_agent_loop(env, prompt.row(), engine_generate(engine, lambda _: Priority.HIGH),
                                                self.tokenizer, config, key, sandbox=sandbox)
                 return rollout.reward

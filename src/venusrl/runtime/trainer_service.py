@@ -12,6 +12,7 @@ import torch
 import transformers
 
 from venusrl.config import Config
+from venusrl.model.checkpoint import resolve_dtype
 from venusrl.trainer.checkpoint import save_policy
 from venusrl.trainer.streaming import GroupResult, StepResult, StreamingTrainer
 from venusrl.types import Group
@@ -25,7 +26,7 @@ class TrainerService:
         torch.manual_seed(config.run.seed)
         self.config = config
         self.tokenizer_dir = Path(config.model.path)
-        dtype = getattr(torch, config.model.dtype)
+        dtype = resolve_dtype(config.model.dtype)
         model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(config.model.device)
         reference = None
         if config.trainer.kl_coef > 0:  # KL to the initial policy, not to a resumed one

@@ -11,7 +11,6 @@ import json
 import logging
 import math
 import random
-import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,17 +21,14 @@ import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from venusrl.model.chat import ChatTokenizer, validate_messages
+from venusrl.model.checkpoint import copy_tokenizer_files
 from venusrl.model.conversation import Conversation, TemplateLayoutError, assistant_end_text
-from venusrl.trainer.shared_prefix import causal_lm_logits, common_prefix_length
+from venusrl.trainer.shared_prefix import causal_lm_logits, common_prefix_length, right_padded
 
 log = logging.getLogger(__name__)
 
 Tools = list[dict[str, Any]] | None
 # Tokenizer, chat template and generation config of a model directory, copied as they are.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-                   "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja", "chat_template.json",
-                   "generation_config.json")
-
 
 class SFTDataError(ValueError):
     """A conversation cannot be trained on; `index` is its position in the input."""
@@ -252,22 +248,15 @@ def warmup_cosine(total_steps: int, warmup_fraction: float = 0.05):
 def _collate(batch: list[SFTExample]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded input ids (pad id 0), attention mask, and labels: the token id where the
     loss applies, _IGNORE elsewhere."""
-    width = max(len(e.token_ids) for e in batch)
-    input_ids = torch.zeros(len(batch), width, dtype=torch.long)
-    attention_mask = torch.zeros(len(batch), width, dtype=torch.long)
-    labels = torch.full((len(batch), width), _IGNORE, dtype=torch.long)
-    for row, example in enumerate(batch):
-        ids = torch.tensor(example.token_ids)
-        input_ids[row, : len(ids)] = ids
-        attention_mask[row, : len(ids)] = 1
-        labels[row, : len(ids)] = torch.where(torch.tensor(example.loss_mask), ids, _IGNORE)
+    input_ids = right_padded([e.token_ids for e in batch], torch.long)
+    attention_mask = right_padded([[1] * len(e.token_ids) for e in batch], torch.long)
+    labels = right_padded([[t if keep else _IGNORE for t, keep in zip(e.token_ids, e.loss_mask, strict=True)]
+                           for e in batch], torch.long, padding_value=_IGNORE)
     return input_ids, attention_mask, labels
 
 
 def _save(model: torch.nn.Module, model_dir: Path, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out_dir))
-    for name in TOKENIZER_FILES:  # the source's generation_config.json replaces the re-serialised one
-        if (model_dir / name).exists():
-            shutil.copyfile(model_dir / name, out_dir / name)
+    copy_tokenizer_files(model_dir, out_dir)  # the source's generation_config.json replaces the re-serialised one
     log.info("sft: wrote %s", out_dir)

@@ -13,6 +13,7 @@ import inspect
 
 import torch
 from torch import nn
+from torch.nn.utils.rnn import pad_sequence
 
 
 def common_prefix_length(sequences: list[list[int]]) -> int:
@@ -38,3 +39,9 @@ def causal_lm_logits(model: nn.Module, ids: torch.Tensor, attention: torch.Tenso
     cache.batch_repeat_interleave(batch)
     tail = model(input_ids=ids[:, prefix:], attention_mask=attention, **{name: cache}).logits
     return torch.cat([head.logits.expand(batch, -1, -1), tail], dim=1)
+
+
+def right_padded(rows: list[list], dtype: torch.dtype, padding_value: float = 0) -> torch.Tensor:
+    """[B, longest]: each row from the left, `padding_value` after it (the layout
+    `causal_lm_logits` takes)."""
+    return pad_sequence([torch.tensor(row, dtype=dtype) for row in rows], batch_first=True, padding_value=padding_value)

@@ -30,7 +30,7 @@ from venusrl.trainer.losses import (
     policy_loss,
     token_logprobs_and_entropy,
 )
-from venusrl.trainer.shared_prefix import causal_lm_logits, common_prefix_length
+from venusrl.trainer.shared_prefix import causal_lm_logits, common_prefix_length, right_padded
 from venusrl.types import Group, Trajectory
 
 log = logging.getLogger(__name__)
@@ -89,10 +89,6 @@ class StreamingTrainer:
         self._batch = _Accumulated()
         self.model.train()
 
-    @property
-    def accumulated_groups(self) -> int:
-        return len(self._batch.groups)
-
     def accumulate(self, group: Group) -> GroupResult:
         """Backpropagate one ready group's loss into the accumulated gradient."""
         trajectories = group.trajectories
@@ -146,17 +142,10 @@ class StreamingTrainer:
         return {name: tensor.detach().to("cpu", copy=True) for name, tensor in self.model.state_dict().items()}
 
     def _backward(self, trajectories: list[Trajectory], advantages: torch.Tensor) -> tuple[float, PolicyLossStats]:
-        length = max(len(t.token_ids) for t in trajectories)
-        ids = torch.zeros(len(trajectories), length, dtype=torch.long)
-        attention = torch.zeros(len(trajectories), length, dtype=torch.long)
-        mask = torch.zeros(len(trajectories), length, dtype=torch.bool)
-        behaviour = torch.zeros(len(trajectories), length)
-        for row, t in enumerate(trajectories):
-            n = len(t.token_ids)
-            ids[row, :n] = torch.tensor(t.token_ids)
-            attention[row, :n] = 1
-            mask[row, :n] = torch.tensor(t.generated_mask, dtype=torch.bool)
-            behaviour[row, :n] = torch.tensor(t.logprobs)
+        ids = right_padded([t.token_ids for t in trajectories], torch.long)
+        attention = right_padded([[1] * len(t.token_ids) for t in trajectories], torch.long)
+        mask = right_padded([t.generated_mask for t in trajectories], torch.bool)
+        behaviour = right_padded([t.logprobs for t in trajectories], torch.float32)
         ids, attention = ids.to(self._device), attention.to(self._device)
         # position i predicts token i+1: drop the first token's label and the last position
         labels = ids[:, 1:].masked_fill(~attention[:, 1:].bool(), -100)
