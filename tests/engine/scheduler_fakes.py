@@ -21,12 +21,18 @@ class FakeRunner:
 
     def __init__(self, seed: int = 0, vocab: int = 5) -> None:
         self.kv: dict[int, tuple[int, int]] = {}
+        self.host: dict[int, tuple[int, int]] = {}
         self.rng = random.Random(seed)
         self.vocab = vocab
         self.sequences: dict[str, list[int]] = {}
 
     def run(self, scheduler: Scheduler, batch, stopped=()):
         sampled = {}
+        for copy in batch.kv_copies:
+            source, target = (self.kv, self.host) if copy.to_host else (self.host, self.kv)
+            pairs = zip(copy.device_slots, copy.host_slots, strict=True)
+            for src, dst in ((d, h) for d, h in pairs) if copy.to_host else ((h, d) for d, h in pairs):
+                target[dst] = source[src]
         for item in batch.items:
             request = scheduler.requests[item.request_id]
             assert item.positions == list(

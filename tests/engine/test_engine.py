@@ -65,6 +65,31 @@ def test_retraction_under_a_tight_kv_pool_keeps_outputs(model):
     engine.scheduler.check_integrity()
 
 
+def converse_through_a_small_pool(model, host_kv_capacity_tokens):
+    """Three conversations through a pool that holds about one: each turn evicts the others'
+    KV. Every output is checked against the model layer; returns the engine's stats."""
+    engine = Engine(model, EngineConfig(kv_capacity_tokens=128, host_kv_capacity_tokens=host_kv_capacity_tokens,
+                                        page_size=4))
+    params = SamplingParams(max_new_tokens=8, temperature=0, stop_token_ids=(-1,))
+    contexts = prompts(3, length=40, seed=11)
+    for turn in range(3):
+        for i, context in enumerate(contexts):
+            request_id = engine.add_request(context, params, trajectory_id=f"conversation-{i}")
+            out = engine.run_to_completion()[request_id]
+            assert out.output_ids == reference(model, context, params), f"turn {turn}, conversation {i}"
+            contexts[i] = context + out.output_ids + [turn + 1, 2, 3]
+    engine.scheduler.check_integrity()
+    return engine.stats()
+
+
+def test_kv_evicted_to_the_host_tier_loads_back_with_the_same_output(model):
+    device_only = converse_through_a_small_pool(model, 0)
+    with_host = converse_through_a_small_pool(model, 1024)
+    assert device_only["recomputed_tokens"] > 0
+    assert with_host["host_saved_tokens"] > 0 and with_host["host_loaded_tokens"] > 0
+    assert with_host["recomputed_tokens"] < device_only["recomputed_tokens"]
+
+
 def test_abort_returns_partial_output_and_resume_continues_it(model):
     engine = Engine(model, EngineConfig(kv_capacity_tokens=4096, page_size=4))
     prompt = prompts(1, length=40, seed=7)[0]

@@ -125,6 +125,25 @@ def test_low_request_cannot_evict_a_high_trajectory():
     assert s.stats().evicted_tokens["unused"] == 5  # released: unused now (one whole node)
 
 
+def test_lone_low_request_behind_high_kv_waits_instead_of_being_cut_short():
+    """A LOW request that can grow only by evicting a HIGH trajectory's KV has not outgrown
+    the pool: it is retracted, not ended with "length", and finishes once that KV is released."""
+    s, runner = make_scheduler(kv_capacity_tokens=8), FakeRunner()
+    s.start_trajectory("t", Priority.HIGH)
+    s.add_request("h", [1, 2, 3, 4], params(1), priority=Priority.HIGH, trajectory_id="t")
+    run_to_completion(s, runner)  # 4 tokens cached as high_ref, 4 free
+    s.add_request("l", [9, 9], params(5), priority=Priority.LOW)
+    retracted = []
+    for _ in range(6):
+        batch, finished = step(s, runner)
+        retracted += batch.retracted
+        assert not finished and not batch.finished
+    assert retracted == ["l"] and s.stats().kv_tokens["high_ref"] == 4
+    s.release_trajectory("t")
+    outputs = run_to_completion(s, runner)
+    assert outputs["l"].finish_reason == "length" and len(outputs["l"].output_ids) == 5  # max_new_tokens
+
+
 def test_abort_returns_partial_output_and_keeps_kv():
     s, runner = make_scheduler(), FakeRunner()
     s.add_request("r", [1, 2, 3], params(10), trajectory_id="t")

@@ -20,9 +20,9 @@ def watch_high_ref_evictions(s):
         current["priority"] = request.priority
         return grow(request, count)
 
-    def checked_evict(num_tokens, max_tier):
+    def checked_evict(num_tokens, max_tier, on_evict=None):
         before = s.cache.evicted_tokens[Tier.HIGH_REF]
-        freed = evict(num_tokens, max_tier)
+        freed = evict(num_tokens, max_tier, on_evict)
         if current["priority"] == Priority.LOW:
             assert max_tier <= Tier.LOW_REF
             assert s.cache.evicted_tokens[Tier.HIGH_REF] == before
@@ -95,6 +95,7 @@ configs = st.fixed_dictionaries(
         "chunked_prefill_size": st.integers(2, 16),
         "cache_policy": st.sampled_from(["tiers", "lru"]),
         "demotion": st.booleans(),
+        "host_kv_capacity_tokens": st.sampled_from([0, 16, 64]),
     }
 )
 
@@ -111,9 +112,21 @@ def test_tight_memory_workload_retracts_and_recomputes():
     assert stats.retractions > 0 and stats.cached_tokens > 0
 
 
+def test_host_tier_turns_recomputation_into_loads():
+    """The same tight workload with a host tier: evicted KV comes back from host memory (the
+    fake runner checks every loaded slot holds the right token at the right position)."""
+    config = dict(page_size=2, kv_capacity_tokens=32, max_running_requests=6, max_prefill_tokens=32,
+                  chunked_prefill_size=8, demotion=True)  # fmt: skip
+    without = drive(7, steps=300, **config)
+    with_host = drive(7, steps=300, host_kv_capacity_tokens=128, **config)
+    assert with_host.host_saved_tokens > 0 and with_host.host_loaded_tokens > 0
+    assert with_host.recomputed_tokens < without.recomputed_tokens
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", range(20))
 def test_long_random_workloads(seed):
     drive(seed, steps=2000, page_size=1 + seed % 4, kv_capacity_tokens=48 + 8 * seed,
           max_running_requests=1 + seed % 8, max_prefill_tokens=32, chunked_prefill_size=8,
-          cache_policy="lru" if seed % 3 == 0 else "tiers", demotion=seed % 2 == 0)  # fmt: skip
+          cache_policy="lru" if seed % 3 == 0 else "tiers", demotion=seed % 2 == 0,
+          host_kv_capacity_tokens=32 * (seed % 3))  # fmt: skip

@@ -81,6 +81,47 @@ def test_high_preempts_low_and_low_resumes_to_the_same_tokens(tiny_model_dir):
     assert engine.stats()["cached_tokens"] > 0, "the resume reuses the preempted turn's KV"
 
 
+def test_a_high_holder_the_engine_demoted_gives_its_slot_to_a_high_turn(tiny_model_dir):
+    """Both trajectories are HIGH; B's first turn left 158 tokens of KV cached, so A's growing
+    context pushes HIGH demand past the 200-token pool and the engine demotes A (shorter
+    context first). Demoted, A may not evict B's KV, so it cannot grow: if A kept its slot,
+    B's next turn would wait on A and A on B. B takes the slot instead; when B ends, A
+    resumes and ends with the uninterrupted greedy output."""
+    from venusrl.model.generate import generate
+    from venusrl.types import Priority, SamplingParams
+
+    engine = Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=200, page_size=1))
+    coordinator = DataCoordinator(CoordinatorConfig(group_size=1, batch_groups=1), prompts(1))
+    a_prompt, b_prompt = list(range(10, 40)), list(range(100, 250))
+    long = SamplingParams(max_new_tokens=160, temperature=0, stop_token_ids=(-1,))
+    short = SamplingParams(max_new_tokens=8, temperature=0, stop_token_ids=(-1,))
+
+    async def main():
+        async_engine = AsyncEngine(engine)
+        try:
+            worker = RolloutWorker(coordinator, async_engine, engine.tokenizer, CalculatorEnv, RolloutConfig(), slots=1)
+            worker._priority = lambda trajectory_id, policy=None: Priority.HIGH
+            worker._engine_of.update({1: 0, 2: 0})
+            b_first = await worker._generate(b_prompt, short, "2")
+            a = asyncio.create_task(worker._generate(a_prompt, long, "1"))
+            while not await async_engine.acall(lambda e: e.scheduler.demoted_trajectories()):
+                await asyncio.sleep(0.002)
+            # without the slot going to B this never ends: A, LOW in the engine, may not evict
+            # B's high_ref KV to grow, and B waits for A's slot
+            b_second = await asyncio.wait_for(
+                worker._generate(b_prompt + b_first.output_ids + [1, 2, 3], short, "2"), timeout=120)
+            await async_engine.acall(lambda e: e.release_trajectory("2"))  # B ends: A may use its KV
+            return await asyncio.wait_for(a, timeout=120), b_second, worker
+        finally:
+            await async_engine.shutdown()
+
+    a, b_second, worker = asyncio.run(main())
+    assert engine.stats()["demotions"] > 0
+    assert a.preemptions == 1 and worker.preemptions == 1
+    assert len(b_second.output_ids) == 8
+    assert a.output_ids == generate(engine.runner.model, a_prompt, long).token_ids
+
+
 def test_predictions_reach_the_coordinator_and_finished_trajectories_train_the_predictor(tiny_model_dir):
     from venusrl.coordinator.config import PredictorConfig
     from venusrl.coordinator.predictors import BackgroundPredictor, PredictionQuery, make_predictor

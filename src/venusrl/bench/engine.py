@@ -76,6 +76,7 @@ class AgenticCase:
     observation_tokens: int
     pause_steps: tuple[int, int]  # tool latency in engine steps, uniform in [lo, hi]
     kv_fraction: float  # KV capacity over the distinct tokens of all final contexts (shared prefixes once)
+    host_fraction: float  # host-tier capacity, same unit (0: device pool only)
     slots: int  # generation slots: LOW requests are sent only while fewer are in use (paper §4.3)
 
 
@@ -89,7 +90,8 @@ class _AgentTrajectory:
     request_id: str | None = None
 
 
-def agentic(model_dir: Path, case: AgenticCase, cache_policy: str, demotion: bool, seed: int = 0) -> dict[str, float]:
+def agentic(model_dir: Path, case: AgenticCase, cache_policy: str, demotion: bool, host: bool = True,
+            seed: int = 0) -> dict[str, float]:
     rng = random.Random(seed)
     model = load_model(model_dir)
     system = [rng.randrange(256) for _ in range(case.system_tokens)]
@@ -97,7 +99,9 @@ def agentic(model_dir: Path, case: AgenticCase, cache_policy: str, demotion: boo
     own_tokens = case.turns * (case.generate_tokens + case.observation_tokens)
     distinct = case.system_tokens + case.groups * case.task_tokens + total * own_tokens
     capacity = int(case.kv_fraction * distinct)
-    engine = Engine(model, EngineConfig(kv_capacity_tokens=capacity, page_size=1, cache_policy=cache_policy,
+    host_capacity = int(case.host_fraction * distinct) if host else 0
+    engine = Engine(model, EngineConfig(kv_capacity_tokens=capacity, host_kv_capacity_tokens=host_capacity,
+                                        page_size=1, cache_policy=cache_policy,
                                         demotion=demotion, max_running_requests=total,
                                         max_prefill_tokens=4096, chunked_prefill_size=2048))
     trajectories = []
@@ -153,19 +157,21 @@ def agentic(model_dir: Path, case: AgenticCase, cache_policy: str, demotion: boo
         "steps": step,
         "high_done_step": finished_at.get(Priority.HIGH, step),
         "kv_capacity_tokens": capacity,
+        "host_kv_capacity_tokens": host_capacity,
+        "host_loaded_tokens": stats["host_loaded_tokens"],
     }
 
 
 QUICK = {
     "throughput": ThroughputCase(batch=8, prompt_len=64, new_tokens=32),
     "agentic": AgenticCase(groups=4, group_size=4, system_tokens=256, task_tokens=192, turns=6,
-                           generate_tokens=12, observation_tokens=12, pause_steps=(4, 30), kv_fraction=0.55,
+                           generate_tokens=12, observation_tokens=12, pause_steps=(4, 30), kv_fraction=0.55, host_fraction=0.5,
                            slots=8),
 }
 FULL = {
     "throughput": ThroughputCase(batch=16, prompt_len=128, new_tokens=64),
     "agentic": AgenticCase(groups=8, group_size=4, system_tokens=512, task_tokens=256, turns=10,
-                           generate_tokens=16, observation_tokens=16, pause_steps=(4, 40), kv_fraction=0.55,
+                           generate_tokens=16, observation_tokens=16, pause_steps=(4, 40), kv_fraction=0.55, host_fraction=0.5,
                            slots=12),
 }
 BENCH_SHAPE = dict(layers=4, hidden=256, heads=8, kv_heads=2, seed=1)
@@ -176,19 +182,23 @@ def run(quick: bool) -> dict[str, object]:
     cases = QUICK if quick else FULL
     with tempfile.TemporaryDirectory() as tmp, Progress() as progress:
         model_dir = make_tiny_model(Path(tmp) / "model", **BENCH_SHAPE)
-        task = progress.add_task("engine bench", total=1 + len(POLICIES))
+        task = progress.add_task("engine bench", total=1 + 2 * len(POLICIES))
         result: dict[str, object] = {"model": {**BENCH_SHAPE, "vocab": 263}, "quick": quick}
         result.update(throughput(model_dir, cases["throughput"], repeats=2 if quick else 3))
         progress.advance(task)
         result["throughput_case"] = asdict(cases["throughput"])
         result["agentic_case"] = asdict(cases["agentic"])
-        for name, (policy, demotion) in POLICIES.items():
-            result.setdefault("agentic", {})[name] = agentic(model_dir, cases["agentic"], policy, demotion)
-            progress.advance(task)
-    agentic_results = result["agentic"]
-    result["hit_rate"] = {name: r["hit_rate"] for name, r in agentic_results.items()}
-    result["hit_rate_high"] = {name: r["hit_rate_high"] for name, r in agentic_results.items()}
-    result["recomputed_tokens"] = {name: r["recomputed_tokens"] for name, r in agentic_results.items()}
+        # with the host tier (the engine as configured for agentic work, like SGLang's HiCache
+        # baseline), then the device pool alone
+        for section, host in (("agentic", True), ("agentic_device_only", False)):
+            for name, (policy, demotion) in POLICIES.items():
+                result.setdefault(section, {})[name] = agentic(model_dir, cases["agentic"], policy, demotion, host)
+                progress.advance(task)
+    for section, prefix in (("agentic", ""), ("agentic_device_only", "device_only_")):
+        runs = result[section]
+        result[f"{prefix}hit_rate"] = {name: r["hit_rate"] for name, r in runs.items()}
+        result[f"{prefix}hit_rate_high"] = {name: r["hit_rate_high"] for name, r in runs.items()}
+        result[f"{prefix}recomputed_tokens"] = {name: r["recomputed_tokens"] for name, r in runs.items()}
     return result
 
 

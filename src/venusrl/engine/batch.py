@@ -29,6 +29,17 @@ class ScheduledRequest:
     num_generated: int  # output tokens so far (a per-request seed can be offset by it)
 
 
+@dataclass(slots=True, frozen=True)
+class KVCopy:
+    """KV moved between the device pool and the host tier, slot i to slot i, done by the
+    runner in list order before the step's forward pass (so a page evicted and reused in the
+    same step is saved before it is overwritten)."""
+
+    to_host: bool  # True: an evicted page saved; False: a host hit loaded back
+    device_slots: list[int]
+    host_slots: list[int]
+
+
 @dataclass(slots=True)
 class Batch:
     items: list[ScheduledRequest] = field(default_factory=list)
@@ -39,10 +50,11 @@ class Batch:
     finished: list[PartialOutput] = field(default_factory=list)
     # Aborted through Scheduler.abort since the previous batch.
     aborted: list[str] = field(default_factory=list)
+    kv_copies: list[KVCopy] = field(default_factory=list)
 
     @property
     def num_tokens(self) -> int:
         return sum(len(item.token_ids) for item in self.items)
 
     def __bool__(self) -> bool:
-        return bool(self.items or self.retracted or self.finished or self.aborted)
+        return bool(self.items or self.retracted or self.finished or self.aborted or self.kv_copies)

@@ -12,7 +12,9 @@ from venusrl.schema import Section
 class EngineConfig(Section):
     page_size: int = Field(16, ge=1, description="tokens per KV page")
     kv_capacity_tokens: int = Field(32768, ge=1, description="KV slots on the device pool")
-    host_kv_capacity_tokens: int = Field(0, ge=0, description="KV slots in host memory for exported or demoted KV")
+    host_kv_capacity_tokens: int = Field(
+        0, ge=0, description="host-memory KV tier: what the device pool evicts is saved there and loaded back "
+        "on a hit instead of recomputed (0: off)")
     max_running_requests: int = Field(64, ge=1, description="decode batch size bound")
     max_prefill_tokens: int = Field(4096, ge=1, description="token budget of one prefill batch")
     chunked_prefill_size: int = Field(2048, ge=1, description="longest prefill chunk of one request")

@@ -59,7 +59,8 @@ class Engine:
         self.config = config
         self.tokenizer = tokenizer
         self.scheduler = Scheduler(config)
-        self.runner = ModelRunner(model, config.kv_capacity_tokens, seed, config.attention_backend)
+        self.runner = ModelRunner(model, config.kv_capacity_tokens, config.page_size, seed, config.attention_backend,
+                                  config.host_kv_capacity_tokens)
         self.weight_version = 0
         self._pending_weights: tuple[dict[str, torch.Tensor], int] | None = None
         self._tracked: dict[str, _Tracked] = {}
@@ -185,6 +186,8 @@ class Engine:
         self.runner.pool.check_compatible(kv)
         tokens = token_ids[: kv.num_tokens]
         new_slots, offset = self.scheduler.reserve_prefix(tokens)
+        for copy in self.scheduler.take_kv_copies():  # KV the reservation evicted to the host
+            self.runner.pool.copy(copy)
         if new_slots:
             self.runner.pool.load(new_slots, kv.slice(offset, offset + len(new_slots)))
         return self.scheduler.commit_prefix(tokens, new_slots, offset, trajectory_id)

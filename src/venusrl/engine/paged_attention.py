@@ -2,8 +2,15 @@
 
 The runner packs every scheduled sequence's new tokens into one row ([1, N]); this context
 writes their K/V to their slots, then lets each sequence's queries see its own context
-slots (cached prefix + earlier chunks + the new tokens) up to their own position. Decode
-rows (one new token each) share one padded SDPA call; prefill chunks run one call each.
+(cached prefix + earlier chunks + the new tokens) up to their own position.
+
+On CPU at decode batch sizes the cost is the number of ops, not FLOPs, so the work is
+shaped into few calls:
+- a prefill with no cached context attends over its own new K/V (no gather from the pool),
+  and consecutive such prefills of one length share one call;
+- decode rows share one call over their contexts gathered a page at a time (a request's KV
+  fills whole pages in order, see `kv_slots.py`), with the query heads of one KV head laid
+  out as that head's queries, so the call needs no grouped-query expansion.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 
 from venusrl.engine.kv_pool import KVPool
 from venusrl.model.attention import sdpa
@@ -20,6 +28,14 @@ from venusrl.model.attention import sdpa
 class SequenceSlots:
     num_new: int  # new tokens of this sequence in the packed row, in order
     context_slots: list[int]  # slots of every token it attends to; the new ones last
+
+
+@dataclass(slots=True)
+class _PrefillRun:
+    start: int  # first new token of the run in the packed row
+    count: int  # sequences in the run
+    length: int  # new tokens of each
+    context_slots: torch.Tensor | None  # a single sequence with a cached context; None: no context
 
 
 class PagedAttention:
@@ -32,51 +48,81 @@ class PagedAttention:
             [s for seq in sequences for s in seq.context_slots[len(seq.context_slots) - seq.num_new :]],
             dtype=torch.long, device=device,
         )
-        self.prefills: list[tuple[int, int, torch.Tensor]] = []  # (start in row, new tokens, context slots)
+        self.prefills: list[_PrefillRun] = []
         decode_rows, decode_contexts = [], []
         start = 0
         for seq in sequences:
-            if seq.num_new == 1:
+            if seq.num_new == 1 and len(seq.context_slots) > 1:
                 decode_rows.append(start)
                 decode_contexts.append(seq.context_slots)
             else:
-                self.prefills.append((start, seq.num_new, torch.tensor(seq.context_slots, dtype=torch.long, device=device)))
+                self._add_prefill(start, seq, device)
             start += seq.num_new
         self.decode_rows = torch.tensor(decode_rows, dtype=torch.long, device=device)
+        self.is_pure_decode = not self.prefills
         if decode_contexts:
-            longest = max(len(c) for c in decode_contexts)
-            padded = [c + [0] * (longest - len(c)) for c in decode_contexts]
-            # flat for index_select (several times faster than 2-D advanced indexing on CPU)
-            self.decode_slots = torch.tensor(padded, dtype=torch.long, device=device).view(-1)
-            self.decode_shape = (len(padded), longest)
-            self.decode_mask = None  # contexts of one length need no padding mask
-            if any(len(c) != longest for c in decode_contexts):
-                lengths = torch.tensor([len(c) for c in decode_contexts], device=device)
-                self.decode_mask = (torch.arange(longest, device=device)[None] < lengths[:, None])[:, None, None, :]
+            self._plan_decode(decode_contexts, device)
+
+    def _add_prefill(self, start: int, seq: SequenceSlots, device: torch.device) -> None:
+        fresh = len(seq.context_slots) == seq.num_new
+        last = self.prefills[-1] if self.prefills else None
+        if fresh and last and last.context_slots is None and last.length == seq.num_new \
+                and last.start + last.count * last.length == start:
+            last.count += 1
+            return
+        slots = None if fresh else torch.tensor(seq.context_slots, dtype=torch.long, device=device)
+        self.prefills.append(_PrefillRun(start, 1, seq.num_new, slots))
+
+    def _plan_decode(self, contexts: list[list[int]], device: torch.device) -> None:
+        page = self.pool.page_size
+        pages = [c[::page] for c in contexts]
+        longest = max(len(p) for p in pages)
+        # slot // page_size of each page's first slot is its page id; padding reads page 0
+        padded = [[s // page for s in p] + [0] * (longest - len(p)) for p in pages]
+        self.decode_pages = torch.tensor(padded, dtype=torch.long, device=device).view(-1)
+        self.decode_shape = (len(contexts), longest * page)
+        self.decode_mask = None  # contexts that fill their pages exactly need no padding mask
+        if any(len(c) != longest * page for c in contexts):
+            lengths = torch.tensor([len(c) for c in contexts], device=device)
+            padding = torch.arange(longest * page, device=device)[None] >= lengths[:, None]
+            # additive, built once per step (SDPA would convert a boolean mask in every layer)
+            mask = torch.zeros(padding.shape, dtype=self.pool.k.dtype, device=device).masked_fill_(padding, -torch.inf)
+            self.decode_mask = mask[:, None, None, :]
 
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         self.pool.write(layer_idx, self.new_slots, k[0], v[0])
-        pool_k, pool_v = self.pool.k[layer_idx], self.pool.v[layer_idx]
-        if not self.prefills:  # a pure decode step: the rows are the whole batch, in order
-            return self._decode(q[0][:, None], pool_k, pool_v).transpose(0, 1)
+        if self.is_pure_decode:  # the rows are the whole batch, in order
+            return self._decode(layer_idx, q[0])[None]
         out = torch.empty_like(q)
-        for start, new, slots in self.prefills:
-            context = len(slots)
-            mask = None
-            if context > new:  # a cached prefix: query i sees keys up to context - new + i
-                mask = torch.ones(new, context, dtype=torch.bool, device=q.device).tril(diagonal=context - new)
-            keys, values = pool_k.index_select(0, slots)[None], pool_v.index_select(0, slots)[None]
-            out[:, start : start + new] = sdpa(q[:, start : start + new], keys, values, mask=mask, causal=mask is None)
+        for run in self.prefills:
+            end = run.start + run.count * run.length
+            queries = q[0, run.start : end].view(run.count, run.length, *q.shape[2:])
+            if run.context_slots is None:
+                keys = k[0, run.start : end].view(run.count, run.length, *k.shape[2:])
+                values = v[0, run.start : end].view(run.count, run.length, *v.shape[2:])
+                out[0, run.start : end] = sdpa(queries, keys, values, mask=None, causal=True).flatten(0, 1)
+                continue
+            context = len(run.context_slots)
+            # query i of the new tokens sees keys up to context - length + i
+            mask = torch.ones(run.length, context, dtype=torch.bool, device=q.device).tril(diagonal=context - run.length)
+            keys = self.pool.k[layer_idx].index_select(0, run.context_slots)[None]
+            values = self.pool.v[layer_idx].index_select(0, run.context_slots)[None]
+            out[:, run.start : end] = sdpa(queries, keys, values, mask=mask, causal=False)
         if len(self.decode_rows):
-            out[0, self.decode_rows] = self._decode(q[0, self.decode_rows][:, None], pool_k, pool_v)[:, 0]
+            out[0, self.decode_rows] = self._decode(layer_idx, q[0, self.decode_rows])
         return out
 
-    def _decode(self, queries: torch.Tensor, pool_k: torch.Tensor, pool_v: torch.Tensor) -> torch.Tensor:
-        """queries [D, 1, Hq, Dh], one per decode row, against their padded contexts."""
-        shape = (*self.decode_shape, *pool_k.shape[1:])  # [D, L, Hkv, Dh]
-        keys = pool_k.index_select(0, self.decode_slots).view(shape)
-        values = pool_v.index_select(0, self.decode_slots).view(shape)
-        return sdpa(queries, keys, values, mask=self.decode_mask, causal=False)
+    def _decode(self, layer_idx: int, queries: torch.Tensor) -> torch.Tensor:
+        """queries [R, Hq, Dh], one per decode row, against their padded contexts."""
+        rows, num_heads, head_dim = queries.shape
+        kv_heads = self.pool.k.shape[2]
+        shape = (*self.decode_shape, kv_heads, head_dim)  # [R, L, Hkv, Dh]
+        keys = self.pool.paged_k(layer_idx).index_select(0, self.decode_pages).view(shape).transpose(1, 2)
+        values = self.pool.paged_v(layer_idx).index_select(0, self.decode_pages).view(shape).transpose(1, 2)
+        # query head h reads KV head h // (Hq / Hkv): each KV head's queries become its rows
+        grouped = queries.view(rows, kv_heads, num_heads // kv_heads, head_dim)
+        out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=self.decode_mask)
+        return out.reshape(rows, num_heads, head_dim)
 
 
 # Attention backends by name (`engine.attention_backend`). A GPU backend (flash-attn,

@@ -15,7 +15,7 @@ Invariants, checked by ``check_integrity``:
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Literal
@@ -113,6 +113,15 @@ class RadixCache:
             node, pos = child, pos + common
         return PrefixMatch(slots=slots, node=node)
 
+    def path_of(self, node: RadixNode) -> tuple[list[int], list[int]]:
+        """Tokens and slots from the root to the end of ``node``."""
+        keys, values = [], []
+        while node is not self.root:
+            keys.append(node.key)
+            values.append(node.value)
+            node = node.parent
+        return [t for key in reversed(keys) for t in key], [s for value in reversed(values) for s in value]
+
     # ---- mutation ------------------------------------------------------------------------
 
     def insert(self, tokens: Sequence[int], slots: Sequence[int]) -> tuple[int, RadixNode]:
@@ -149,15 +158,20 @@ class RadixCache:
     def unlock(self, node: RadixNode) -> None:
         self._walk_update(node, lock=-1)
 
-    def evict(self, num_tokens: int, max_tier: Tier) -> int:
+    def evict(
+        self, num_tokens: int, max_tier: Tier, on_evict: Callable[[RadixNode], None] | None = None
+    ) -> int:
         """Free at least ``num_tokens`` tokens from tiers up to ``max_tier``, in tier order and
-        LRU inside a tier. Returns the tokens freed (whole nodes, so maybe more)."""
+        LRU inside a tier. Returns the tokens freed (whole nodes, so maybe more).
+        ``on_evict`` sees each node while it is still in the tree (to save its KV)."""
         freed = 0
         for tier in range(max_tier + 1):
             heap = [(n.last_access, id(n), n) for n in self._leaves[tier]]
             heapq.heapify(heap)
             while freed < num_tokens and heap:
                 _, _, node = heapq.heappop(heap)
+                if on_evict is not None:
+                    on_evict(node)
                 parent = self._remove_leaf(node)
                 self.evicted_tokens[tier] += len(node.key)
                 freed += len(node.key)

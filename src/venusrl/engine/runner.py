@@ -11,7 +11,7 @@ from venusrl.engine.batch import Batch
 from venusrl.engine.kv_pool import KVPool
 from venusrl.engine.paged_attention import ATTENTION_BACKENDS, SequenceSlots
 from venusrl.model.causal_lm import CausalLM
-from venusrl.model.sampling import sample
+from venusrl.model.sampling import greedy, sample
 
 
 @dataclass(slots=True, frozen=True)
@@ -21,18 +21,22 @@ class SampledToken:
 
 
 class ModelRunner:
-    def __init__(self, model: CausalLM, kv_capacity_tokens: int, seed: int = 0, attention_backend: str = "sdpa"):
+    def __init__(self, model: CausalLM, kv_capacity_tokens: int, page_size: int = 1, seed: int = 0,
+                 attention_backend: str = "sdpa", host_kv_capacity_tokens: int = 0):
         weight = model.model.embed_tokens.weight
         model.fuse_projections()
         self.model = model
         self.device = weight.device
-        self.pool = KVPool(model.args, kv_capacity_tokens, weight.dtype, weight.device)
+        self.pool = KVPool(model.args, kv_capacity_tokens, weight.dtype, weight.device, page_size,
+                           host_kv_capacity_tokens)
         self.attention = ATTENTION_BACKENDS[attention_backend]
         # requests without a seed draw from one engine-wide stream
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def run(self, batch: Batch) -> dict[str, SampledToken]:
+        for copy in batch.kv_copies:  # before the forward: it may overwrite a page just saved
+            self.pool.copy(copy)
         items = batch.items
         if not items:
             return {}
@@ -45,9 +49,16 @@ class ModelRunner:
         if not sampled_items:
             return {}
         logits = self.model.lm_head(hidden[ends[sampled_items]])
+        greedy_rows = [row for row, index in enumerate(sampled_items) if items[index].sampling.temperature == 0]
         out = {}
+        if greedy_rows:
+            tokens, logprobs = greedy(logits[greedy_rows])
+            for row, token, logprob in zip(greedy_rows, tokens, logprobs, strict=True):
+                out[items[sampled_items[row]].request_id] = SampledToken(token, logprob)
         for row, index in enumerate(sampled_items):
             item = items[index]
+            if item.sampling.temperature == 0:
+                continue
             generator = self.generator
             if item.sampling.seed is not None:
                 # seed + position in the output: reproducible across retraction and resume

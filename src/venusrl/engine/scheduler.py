@@ -23,9 +23,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Hashable, Mapping, Sequence
 
-from venusrl.engine.batch import Batch, ScheduledRequest
+from venusrl.engine.batch import Batch, KVCopy, ScheduledRequest
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.demotion import choose_demoted
+from venusrl.engine.host_tier import HostTier
 from venusrl.engine.kv_slots import PageAllocator
 from venusrl.engine.radix_cache import RadixCache, RadixNode, Tier, max_evictable_tier
 from venusrl.engine.request import PartialOutput, Request, RequestStatus
@@ -55,6 +56,10 @@ class Scheduler:
         self._aborted: list[str] = []
         self._computed_by_trajectory: dict[Hashable, int] = {}  # longest sequence computed
         self._reservation: RadixNode | None = None  # locked prefix of an open reserve_prefix
+        self.host: HostTier | None = None
+        if config.host_kv_capacity_tokens >= config.page_size:
+            self.host = HostTier(config.host_kv_capacity_tokens, config.page_size)
+        self._kv_copies: list[KVCopy] = []  # device <-> host copies owed before the next forward
 
     # ---- caller API ----------------------------------------------------------------------
 
@@ -110,6 +115,10 @@ class Scheduler:
     @property
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
+
+    def demoted_trajectories(self) -> set[Hashable]:
+        """Trajectories residency-aware demotion has made LOW (they get no KV from HIGH work)."""
+        return {key for key, trajectory in self.cache.trajectories.items() if trajectory.demoted}
 
     # ---- prefix KV transfer (migration between engines) ---------------------------------
 
@@ -170,6 +179,9 @@ class Scheduler:
             self.waiting.insert(0, request)
             request.status = RequestStatus.WAITING
         self.running.clear()
+        if self.host is not None:
+            self.host.drop_all()
+        self._kv_copies.clear()  # owed saves of stale KV are void
         return self.cache.evict(self.allocator.capacity_tokens, Tier.HIGH_REF)
 
     # ---- one iteration -------------------------------------------------------------------
@@ -192,8 +204,17 @@ class Scheduler:
         budget = self._schedule_running(batch, items, self.config.max_prefill_tokens)
         self._admit_waiting(batch, items, budget)
         batch.items = list(items.values())
+        batch.kv_copies = self.take_kv_copies()
         self._in_flight = bool(batch.items)
         return batch
+
+    def take_kv_copies(self) -> list[KVCopy]:
+        """The device <-> host copies owed so far, in order; the caller makes them before any
+        other write to the pool (``schedule`` hands them out with the batch)."""
+        copies, self._kv_copies = self._kv_copies, []
+        if self.host is not None:
+            self.host.unpin_all()
+        return copies
 
     def on_batch_done(
         self, batch: Batch, sampled: Mapping[str, int], stopped: Collection[str] = ()
@@ -240,7 +261,7 @@ class Scheduler:
                 if end > index + 1:
                     end -= 1
                     self._retract(order[end], batch, items)
-                elif len(self.running) == 1:
+                elif len(self.running) == 1 and self._outgrew_pool(request, count):
                     self._release_kv(request)
                     self.running.remove(request)
                     batch.finished.append(self._end(request, RequestStatus.FINISHED, "length"))
@@ -283,24 +304,31 @@ class Scheduler:
         match = self.cache.match_prefix(tokens[:-1])
         self.cache.lock(match.node)
         cached = len(match.slots)
-        count = min(len(tokens) - cached, self.config.chunked_prefill_size, budget)
+        host_slots = self.host.continuation(tokens[:-1], cached) if self.host is not None else []
+        loaded = len(host_slots)  # loaded back from the host tier, not computed
+        count = min(len(tokens) - cached - loaded, self.config.chunked_prefill_size, budget)
         request.kv_slots, request.cached_len = list(match.slots), cached
         request.num_computed, request.prefix_node = cached, match.node
-        if not self._grow(request, count):
+        if not self._grow(request, loaded + count):
             self.cache.unlock(match.node)
             request.kv_slots, request.cached_len, request.num_computed = [], 0, 0
             request.prefix_node = None
             return None
+        if loaded:
+            self._kv_copies.append(KVCopy(False, request.kv_slots[cached : cached + loaded], host_slots))
+            request.num_computed += loaded
+            self.counters.host_loaded_tokens += loaded
         prior = max(
             request.prior_computed, self._computed_by_trajectory.get(request.trajectory_key, 0)
         )
         self.counters.prompt_tokens += len(tokens)
-        self.counters.cached_tokens += cached
+        hits = cached + loaded
+        self.counters.cached_tokens += hits
         trajectory = self.cache.trajectories.get(request.trajectory_key)
         declared = trajectory.priority if trajectory is not None else request.priority
         self.counters.prompt_tokens_by_priority[declared] += len(tokens)
-        self.counters.cached_tokens_by_priority[declared] += cached
-        self.counters.recomputed_tokens += max(0, min(prior, len(tokens)) - cached)
+        self.counters.cached_tokens_by_priority[declared] += hits
+        self.counters.recomputed_tokens += max(0, min(prior, len(tokens)) - hits)
         self.waiting.remove(request)
         self.running.append(request)
         request.status = RequestStatus.RUNNING
@@ -317,12 +345,15 @@ class Scheduler:
 
     # ---- KV bookkeeping ------------------------------------------------------------------
 
+    def _room_and_pages(self, request: Request, count: int) -> tuple[int, int]:
+        """Free slots left in the request's last private page, and new pages ``count`` more
+        tokens need beyond them."""
+        room = -(len(request.kv_slots) - request.cached_len) % self.allocator.page_size
+        return room, self.allocator.pages_for(max(0, count - room))
+
     def _grow(self, request: Request, count: int) -> bool:
         """Allocate slots for ``count`` more tokens, evicting only tiers the request may evict."""
-        page = self.allocator.page_size
-        private = len(request.kv_slots) - request.cached_len
-        room = -private % page  # free slots left in the request's last private page
-        need = self.allocator.pages_for(max(0, count - room))
+        room, need = self._room_and_pages(request, count)
         if self._available_pages(max_evictable_tier(request.priority)) < need:
             return False
         slots = request.kv_slots
@@ -333,6 +364,12 @@ class Scheduler:
             slots.extend(self.allocator.page_slots(new_page))
         del slots[target:]
         return True
+
+    def _outgrew_pool(self, request: Request, count: int) -> bool:
+        """Even evicting every unlocked page would not make room: the sequence ends ("length").
+        A request short only of pages it may not evict (a LOW one behind HIGH trajectories'
+        KV) is retracted instead, to resume when that KV is released."""
+        return self._available_pages(Tier.HIGH_REF) < self._room_and_pages(request, count)[1]
 
     def _available_pages(self, max_tier: Tier) -> int:
         """Pages a request allowed to evict up to ``max_tier`` can get: the admission budget."""
@@ -346,10 +383,16 @@ class Scheduler:
         ``_available_pages``; eviction reads the same counters, so the check is honoured."""
         free = self.allocator.free_pages
         if free < need:
-            self.cache.evict((need - free) * self.allocator.page_size, max_tier)
+            save = self._save_to_host if self.host is not None else None
+            self.cache.evict((need - free) * self.allocator.page_size, max_tier, save)
             if self.allocator.free_pages < need:
                 raise AssertionError("eviction freed less than the admission budget counted")
         return self.allocator.alloc(need)
+
+    def _save_to_host(self, node: RadixNode) -> None:
+        copy = self.host.save(*self.cache.path_of(node))
+        if copy is not None:
+            self._kv_copies.append(copy)
 
     def _cache_computed_prefix(self, request: Request) -> None:
         """Put the computed whole pages into the tree (so requests sharing the prefix hit it)
@@ -503,7 +546,9 @@ class Scheduler:
             evicted_tokens={tier.name.lower(): self.cache.evicted_tokens[tier] for tier in Tier},
             kv_tokens={"free": free, "in_use": capacity - free - sum(tiers),
                        **{tier.name.lower(): tiers[tier] for tier in Tier}},
-            kv_capacity_tokens=capacity,
+            kv_capacity_tokens=capacity, host_loaded_tokens=c.host_loaded_tokens,
+            host_saved_tokens=self.host.saved_tokens if self.host else 0,
+            host_kv_tokens=self.host.used_tokens if self.host else 0,
             high_pressure=self._distinct_high_demand(self._high_contexts()[1])[0] / capacity,
             demoted_trajectories=sum(t.demoted for t in self.cache.trajectories.values()),
             running=len(self.running), waiting=len(self.waiting),
@@ -538,3 +583,5 @@ class Scheduler:
             raise AssertionError("request table disagrees with the queues")
         tree_pages = self.cache.check_integrity(locks)
         self.allocator.check_integrity(tree_pages + private)
+        if self.host is not None:
+            self.host.check_integrity()

@@ -10,7 +10,8 @@ class Counters:
     """Running totals the scheduler adds to as it admits and evicts."""
 
     prompt_tokens: int = 0  # tokens of every admitted sequence (re-admissions count again)
-    cached_tokens: int = 0  # of those, found in the radix cache
+    cached_tokens: int = 0  # of those, found in the radix cache (device, or host and loaded back)
+    host_loaded_tokens: int = 0  # of the cached ones, loaded back from the host tier
     recomputed_tokens: int = 0  # prefilled again although computed before for the same trajectory
     retractions: int = 0
     preemptions: int = 0  # retractions of a running LOW request for a waiting HIGH one
@@ -35,6 +36,9 @@ class EngineStats:
     evicted_tokens: dict[str, int]  # per tier: unused / low_ref / high_ref
     kv_tokens: dict[str, int] = field(default_factory=dict)  # free / running / per tier
     kv_capacity_tokens: int = 0
+    host_loaded_tokens: int = 0  # cache hits served from the host tier
+    host_saved_tokens: int = 0  # evicted KV copied to the host tier
+    host_kv_tokens: int = 0  # host tier in use
     high_pressure: float = 0.0  # HIGH/PROMOTED KV demand over capacity
     demoted_trajectories: int = 0
     running: int = 0

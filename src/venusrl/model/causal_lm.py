@@ -23,9 +23,9 @@ class Decoder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, context: AttentionContext) -> torch.Tensor:
         x = self.embed_tokens(input_ids)
-        cos, sin = self.rotary_emb(positions, x.dtype)
+        cos, signed_sin = self.rotary_emb(positions, x.dtype)
         for layer in self.layers:
-            x = layer(x, cos, sin, context)
+            x = layer(x, cos, signed_sin, context)
         return self.norm(x)
 
 

@@ -11,6 +11,14 @@ from venusrl.model.attention import AttentionContext
 from venusrl.model.rope import apply_rotary
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMS-normalise the last dim, then scale by `weight` (broadcast)."""
+    if x.dtype == torch.float32 and weight.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), eps=eps) * weight
+    # normalised in float32 whatever the model dtype, then scaled, as Hugging Face does
+    return weight * F.rms_norm(x.to(torch.float32), (x.shape[-1],), eps=eps).to(x.dtype)
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -18,28 +26,30 @@ class RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # normalised in float32 whatever the model dtype, then scaled, as Hugging Face does
-        normed = F.rms_norm(x.to(torch.float32), (x.shape[-1],), eps=self.eps)
-        return self.weight * normed.to(x.dtype)
+        return rms_norm(x, self.weight, self.eps)
 
 
 def fuse_linears(linears: list[nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """One weight (and bias) for several linears over the same input, so inference runs one
     matmul instead of several. Each linear's parameters become views into the fused tensors:
     names, state dicts and in-place updates (weight sync, optimizer steps) are unchanged and
-    nothing is stored twice. Rebinding a parameter to a new tensor would break the views."""
-    weight = torch.cat([linear.weight.detach() for linear in linears])
+    nothing is stored twice. Rebinding a parameter to a new tensor would break the views.
+
+    The fused weight is stored input-major ([in, out], returned as its transposed view):
+    `F.linear` then multiplies by an untransposed matrix, which MKL runs 2.5-4x faster than
+    the transposed one at decode batch sizes (16 rows x 256 in: 50 us against 123 us)."""
+    weight_in_major = torch.cat([linear.weight.detach().t() for linear in linears], dim=1).contiguous()
     bias = None
     if linears[0].bias is not None:
         bias = torch.cat([linear.bias.detach() for linear in linears])
     start = 0
     for linear in linears:
         rows = linear.weight.shape[0]
-        linear.weight.data = weight[start : start + rows]
+        linear.weight.data = weight_in_major[:, start : start + rows].t()
         if bias is not None:
             linear.bias.data = bias[start : start + rows]
         start += rows
-    return weight, bias
+    return weight_in_major.t(), bias
 
 
 class Attention(nn.Module):
@@ -64,20 +74,25 @@ class Attention(nn.Module):
     def fuse(self) -> None:
         if self.fused_qkv is None:
             self.fused_qkv = fuse_linears([self.q_proj, self.k_proj, self.v_proj])
+            fuse_linears([self.o_proj])  # alone: only its storage becomes input-major
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, context: AttentionContext) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, context: AttentionContext
+    ) -> torch.Tensor:
         batch, seq, _ = x.shape
         if self.fused_qkv is None:
-            q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+            qkv = torch.cat([self.q_proj(x), self.k_proj(x), self.v_proj(x)], dim=-1)
         else:
-            q_dim, kv_dim = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-            q, k, v = F.linear(x, *self.fused_qkv).split([q_dim, kv_dim, kv_dim], dim=-1)
-        q = q.view(batch, seq, self.num_heads, self.head_dim)
-        k = k.view(batch, seq, self.num_kv_heads, self.head_dim)
-        v = v.view(batch, seq, self.num_kv_heads, self.head_dim)
+            qkv = F.linear(x, *self.fused_qkv)
+        # heads [q..., k..., v...]: q and k are normalised and rotated together, one call each
+        # instead of two (at decode batch sizes the number of ops is the cost)
+        qkv = qkv.view(batch, seq, self.num_heads + 2 * self.num_kv_heads, self.head_dim)
+        qk, v = qkv.split([self.num_heads + self.num_kv_heads, self.num_kv_heads], dim=2)
         if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+            weight = torch.cat([self.q_norm.weight.expand(self.num_heads, -1),
+                                self.k_norm.weight.expand(self.num_kv_heads, -1)])
+            qk = rms_norm(qk, weight, self.q_norm.eps)
+        q, k = apply_rotary(qk, cos, signed_sin).split([self.num_heads, self.num_kv_heads], dim=2)
         out = context.attend(self.layer_idx, q, k, v)
         return self.o_proj(out.reshape(batch, seq, self.num_heads * self.head_dim))
 
@@ -96,6 +111,7 @@ class MLP(nn.Module):
     def fuse(self) -> None:
         if self.fused_gate_up is None:
             self.fused_gate_up = fuse_linears([self.gate_proj, self.up_proj])
+            fuse_linears([self.down_proj])  # alone: only its storage becomes input-major
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.fused_gate_up is None:
@@ -113,6 +129,6 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(args.hidden_size, args.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, context: AttentionContext) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, context)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor, context: AttentionContext) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, signed_sin, context)
         return x + self.mlp(self.post_attention_layernorm(x))

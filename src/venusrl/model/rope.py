@@ -103,16 +103,17 @@ class RotaryEmbedding(torch.nn.Module):
 
     @torch.no_grad()
     def forward(self, positions: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, signed_sin), each [B, T, 1, D] to broadcast over heads. signed_sin is
+        (-sin, sin) over the two halves, which folds rotate_half's negation into the table
+        so `apply_rotary` is a roll and two products (bit-identical to Hugging Face's)."""
         freqs = positions.to(torch.float32)[..., None] * self.inv_freq.to(positions.device)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos = emb.cos() * self.attention_scaling
-        sin = emb.sin() * self.attention_scaling
-        return cos.to(dtype), sin.to(dtype)
+        cos = torch.cat((freqs, freqs), dim=-1).cos() * self.attention_scaling
+        sin = freqs.sin() * self.attention_scaling
+        signed_sin = torch.cat((-sin, sin), dim=-1)
+        return cos.to(dtype)[:, :, None], signed_sin.to(dtype)[:, :, None]
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: [B, T, H, D]; cos/sin: [B, T, D]."""
-    cos, sin = cos.unsqueeze(2), sin.unsqueeze(2)
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """x: [B, T, H, D]; cos, signed_sin: [B, T, 1, D] from `RotaryEmbedding`.
+    rotate_half(x) * sin == roll(x, D/2) * signed_sin."""
+    return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin

@@ -7,6 +7,14 @@ import torch
 from venusrl.types import SamplingParams
 
 
+def greedy(logits: torch.Tensor) -> tuple[list[int], list[float]]:
+    """logits: [N, V]. The argmax of each row and its log-probability, in one pass for the
+    whole batch (per-row calls cost more than the math at decode batch sizes)."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    tokens = torch.argmax(logits, dim=-1)
+    return tokens.tolist(), logprobs.gather(1, tokens[:, None])[:, 0].tolist()
+
+
 def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> tuple[int, float]:
     """logits: [V] for one position. Returns (token, log-prob under the sampling distribution
     before top-p/top-k truncation, i.e. softmax(logits / temperature))."""

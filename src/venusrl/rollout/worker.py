@@ -279,9 +279,15 @@ class RolloutWorker:
 
     async def _acquire(self, trajectory_id: int) -> None:
         while True:
-            slots = self.slots[self._engine_of[trajectory_id]]  # re-read: a move changes it
+            index = self._engine_of[trajectory_id]  # re-read: a move changes it
+            slots = self.slots[index]
             if trajectory_id in slots.holders:
                 return
+            priority = self._priority(trajectory_id)
+            if self.mode == "priority" and priority < Priority.LOW and len(slots.holders) >= slots.slots:
+                await self._demote_slots_of_paused(index)
+                if self._engine_of.get(trajectory_id) != index or trajectory_id in slots.holders:
+                    continue  # moved or granted while the engine answered
             granted, victim = slots.request(trajectory_id, self._priority(trajectory_id))
             if victim is not None and victim in self._preempt:
                 self._preempt[victim].set()
@@ -290,6 +296,17 @@ class RolloutWorker:
             event = self._grants.setdefault(trajectory_id, asyncio.Event())
             await event.wait()
             self._grants.pop(trajectory_id, None)
+
+    async def _demote_slots_of_paused(self, index: int) -> None:
+        """A trajectory the engine has demoted (residency-aware demotion) cannot get KV while
+        HIGH work fills the pool, so it must not keep a HIGH slot: holding one while its turn
+        stalls would stall the HIGH trajectories waiting for slots too. Its slot priority
+        becomes LOW, which makes it preemptible; the rest get their coordinator priority."""
+        demoted = await self.engines[index].acall(lambda e: e.scheduler.demoted_trajectories())
+        slots = self.slots[index]
+        for other in [*slots.holders, *slots.waiting]:
+            paused = str(other) in demoted
+            slots.set_priority(other, Priority.LOW if paused else self._priority(other))
 
     def _release(self, trajectory_id: int, finished: bool) -> None:
         for granted in self.slots[self._engine_of[trajectory_id]].release(trajectory_id, finished):

@@ -1,19 +1,23 @@
 """The training side of a run: the policy model and its streaming trainer, behind async
 methods (forward/backward run in a worker thread, so the event loop keeps serving rollout).
-The local runtime calls it in-process; the Ray runtime hosts it in an actor."""
+The local runtime calls it in-process; the Ray runtime hosts it in an actor. With
+`trainer.world_size` > 1 the trainer is rank 0 of that many FSDP2 ranks (trainer/fsdp.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from functools import partial
 from pathlib import Path
 
 import torch
 import transformers
+from torch import nn
 
 from venusrl.config import Config
 from venusrl.model.checkpoint import resolve_dtype
 from venusrl.trainer.checkpoint import save_policy
+from venusrl.trainer.fsdp import ShardedTrainer
 from venusrl.trainer.streaming import GroupResult, StepResult, StreamingTrainer
 from venusrl.types import Group
 
@@ -23,19 +27,20 @@ log = logging.getLogger(__name__)
 class TrainerService:
     def __init__(self, config: Config, model_dir: Path, version: int = 0, optimizer_state: Path | None = None) -> None:
         transformers.logging.disable_progress_bar()
-        torch.manual_seed(config.run.seed)
         self.config = config
         self.tokenizer_dir = Path(config.model.path)
-        dtype = resolve_dtype(config.model.dtype)
-        model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(config.model.device)
-        reference = None
-        if config.trainer.kl_coef > 0:  # KL to the initial policy, not to a resumed one
-            reference = transformers.AutoModelForCausalLM.from_pretrained(self.tokenizer_dir, dtype=dtype)
-            reference = reference.to(config.model.device).eval().requires_grad_(False)
-        self.trainer = StreamingTrainer(model, config.trainer, version, reference)
-        if optimizer_state is not None:
-            self.trainer.optimizer.load_state_dict(torch.load(optimizer_state, weights_only=True))
-        log.info("trainer: %s from %s at weight version %d", type(model).__name__, model_dir, version)
+        device = torch.device(config.model.device)
+        self.trainer: StreamingTrainer | ShardedTrainer
+        if config.trainer.world_size > 1:
+            self.trainer = ShardedTrainer(config.trainer.world_size, partial(load_policy, config, model_dir),
+                                          config.trainer, version, optimizer_state, device.type)
+        else:
+            model, reference = load_policy(config, model_dir, device)
+            self.trainer = StreamingTrainer(model, config.trainer, version, reference)
+            if optimizer_state is not None:
+                self.trainer.optimizer.load_state_dict(torch.load(optimizer_state, weights_only=True))
+        log.info("trainer: %s from %s at weight version %d (%d rank(s))", type(self.trainer).__name__, model_dir,
+                 version, config.trainer.world_size)
 
     async def accumulate(self, group: Group) -> GroupResult:
         return await asyncio.to_thread(self.trainer.accumulate, group)
@@ -47,4 +52,20 @@ class TrainerService:
         return await asyncio.to_thread(self.trainer.engine_weights)
 
     async def save(self, directory: Path) -> None:
-        await asyncio.to_thread(save_policy, directory, self.trainer.model, self.tokenizer_dir, self.trainer.optimizer)
+        if isinstance(self.trainer, ShardedTrainer):
+            await asyncio.to_thread(self.trainer.save, directory, self.tokenizer_dir)
+        else:
+            await asyncio.to_thread(save_policy, directory, self.trainer.model, self.tokenizer_dir, self.trainer.optimizer)
+
+
+def load_policy(config: Config, model_dir: Path, device: torch.device) -> tuple[nn.Module, nn.Module | None]:
+    """The policy from `model_dir` on `device` and, with a KL term, the frozen reference model;
+    every FSDP rank builds its own copy with it."""
+    torch.manual_seed(config.run.seed)
+    dtype = resolve_dtype(config.model.dtype)
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
+    reference = None
+    if config.trainer.kl_coef > 0:  # KL to the initial policy, not to a resumed one
+        reference = transformers.AutoModelForCausalLM.from_pretrained(config.model.path, dtype=dtype)
+        reference = reference.to(device).eval().requires_grad_(False)
+    return model, reference

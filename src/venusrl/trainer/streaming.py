@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import torch
@@ -97,13 +98,7 @@ class StreamingTrainer:
         self._batch.rewards += rewards.tolist()
         tokens = sum(sum(t.generated_mask) for t in trajectories)
         needs_pass = bool(advantages.abs().max() > 0) or self.config.kl_coef > 0 or self.config.entropy_coef > 0
-        loss_sum, stats = 0.0, PolicyLossStats()
-        if needs_pass:
-            order = sorted(range(len(trajectories)), key=lambda i: len(trajectories[i].token_ids))
-            for micro in _micro_batches(order, [len(trajectories[i].token_ids) for i in order], self.config.micro_batch_tokens):
-                terms_loss, terms_stats = self._backward([trajectories[i] for i in micro], advantages[micro])
-                loss_sum += terms_loss
-                stats = stats.merge(terms_stats)
+        loss_sum, stats = self._forward_backward(trajectories, advantages) if needs_pass else (0.0, PolicyLossStats())
         result = GroupResult(group.id, float(rewards.mean()), tokens, not needs_pass, loss_sum, stats)
         self._batch.groups.append(result)
         self._batch.tokens += tokens
@@ -141,7 +136,31 @@ class StreamingTrainer:
         trainer goes on."""
         return {name: tensor.detach().to("cpu", copy=True) for name, tensor in self.model.state_dict().items()}
 
-    def _backward(self, trajectories: list[Trajectory], advantages: torch.Tensor) -> tuple[float, PolicyLossStats]:
+    def _forward_backward(self, trajectories: list[Trajectory], advantages: torch.Tensor) -> tuple[float, PolicyLossStats]:
+        """Backpropagate a group's loss in micro-batches; the group's loss sum and stats. The
+        data-parallel trainer (trainer/fsdp.py) overrides it to train its share of the rows."""
+        loss_sum, stats = 0.0, PolicyLossStats()
+        for micro in self._plan(trajectories, range(len(trajectories))):
+            rows = [trajectories[i] for i in micro]
+            terms_loss, terms_stats = self._backward(rows, advantages[micro], self._shared_prefix(rows))
+            loss_sum += terms_loss
+            stats = stats.merge(terms_stats)
+        return loss_sum, stats
+
+    def _plan(self, trajectories: list[Trajectory], rows: Iterable[int]) -> list[list[int]]:
+        """`rows` of the group, shortest first, cut into micro-batches of at most micro_batch_tokens."""
+        order = sorted(rows, key=lambda i: len(trajectories[i].token_ids))
+        return _micro_batches(order, [len(trajectories[i].token_ids) for i in order], self.config.micro_batch_tokens)
+
+    def _shared_prefix(self, trajectories: list[Trajectory]) -> int:
+        """Leading tokens a micro-batch's forward computes once; 0 means one plain forward call
+        (a single row, or too short a common prefix), any other value two calls."""
+        prefix = common_prefix_length([t.token_ids for t in trajectories])
+        return prefix if len(trajectories) > 1 and prefix >= self.config.shared_prefix_min_tokens else 0
+
+    def _backward(
+        self, trajectories: list[Trajectory], advantages: torch.Tensor, prefix: int
+    ) -> tuple[float, PolicyLossStats]:
         ids = right_padded([t.token_ids for t in trajectories], torch.long)
         attention = right_padded([[1] * len(t.token_ids) for t in trajectories], torch.long)
         mask = right_padded([t.generated_mask for t in trajectories], torch.bool)
@@ -150,8 +169,6 @@ class StreamingTrainer:
         # position i predicts token i+1: drop the first token's label and the last position
         labels = ids[:, 1:].masked_fill(~attention[:, 1:].bool(), -100)
         mask, behaviour = mask[:, 1:].to(self._device), behaviour[:, 1:].to(self._device)
-        prefix = common_prefix_length([t.token_ids for t in trajectories])
-        prefix = prefix if prefix >= self.config.shared_prefix_min_tokens else 0
         logits = causal_lm_logits(self.model, ids, attention, prefix)[:, :-1]
         logprobs, entropy = token_logprobs_and_entropy(logits, labels)
         reference = None
