@@ -1,5 +1,5 @@
 """Request orchestration: the choice of moves, and a request moved between two engines
-with its prefix KV (in process and over TCP)."""
+with its prefix KV (in process, over TCP, and through Mooncake's transfer engine)."""
 
 import pytest
 from hypothesis import given
@@ -9,8 +9,8 @@ from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
 from venusrl.model.checkpoint import load_model
 from venusrl.model.generate import generate
-from venusrl.rollout.kv_transport import InProcessTransport, KVReceiver, TcpTransport
 from venusrl.rollout.orchestrator import Move, choose_moves, migrate_prefix
+from venusrl.rollout.transport_select import TRANSPORTS, open_transport
 from venusrl.types import Priority, SamplingParams
 
 GREEDY = SamplingParams(max_new_tokens=16, temperature=0, stop_token_ids=(-1,))
@@ -45,8 +45,11 @@ def test_moves_never_raise_the_peak(pressure, sizes):
     assert max(projected.values()) <= max(pressure.values()) + 1e-9
 
 
-@pytest.mark.parametrize("transport_kind", ["in_process", "tcp"])
+@pytest.mark.parametrize("transport_kind", TRANSPORTS)
 def test_moved_request_keeps_its_prefix_and_its_output(tiny_model_dir, transport_kind):
+    if transport_kind == "mooncake":  # an optional extra: CI does not install it
+        pytest.importorskip("mooncake.engine", reason="needs mooncake-transfer-engine (pip install 'venusrl[mooncake]')",
+                            exc_type=ImportError)
     model = load_model(tiny_model_dir)
     source = Engine(model, EngineConfig(kv_capacity_tokens=4096, page_size=4))
     target = Engine(load_model(tiny_model_dir), EngineConfig(kv_capacity_tokens=4096, page_size=4))
@@ -54,17 +57,8 @@ def test_moved_request_keeps_its_prefix_and_its_output(tiny_model_dir, transport
     source.start_trajectory("t", Priority.HIGH)
     first = source.generate([prompt], GREEDY)[0]
     context = prompt + first.output_ids + [5, 6, 7]
-    receiver = None
-    if transport_kind == "tcp":
-        receiver = KVReceiver(lambda ids, kv: target.import_prefix(ids, kv, "t"))
-        transport = TcpTransport(receiver.address)
-    else:
-        transport = InProcessTransport()
-    try:
+    with open_transport(transport_kind, lambda ids, kv: target.import_prefix(ids, kv, "t")) as transport:
         moved = migrate_prefix(source, target, context, transport, "t")
-    finally:
-        if receiver is not None:
-            receiver.close()
     assert moved == (len(prompt) + len(first.output_ids) - 1) // 4 * 4
     before = target.stats()
     again = target.generate([context], GREEDY)[0]

@@ -59,7 +59,7 @@ class Engine:
         self.config = config
         self.tokenizer = tokenizer
         self.scheduler = Scheduler(config)
-        self.runner = ModelRunner(model, config.kv_capacity_tokens, config.page_size, seed, config.attention_backend,
+        self.runner = ModelRunner(model, config.kv_capacity_tokens, seed, config.attention_backend,
                                   config.host_kv_capacity_tokens)
         self.weight_version = 0
         self._pending_weights: tuple[dict[str, torch.Tensor], int] | None = None

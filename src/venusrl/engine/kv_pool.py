@@ -16,16 +16,15 @@ from venusrl.model.args import ModelArgs
 
 
 class KVPool:
-    """k, v: [layers, slots, kv_heads, head_dim], allocated once. Slot s is token s % page_size
-    of page s // page_size (the allocator's layout, `kv_slots.py`)."""
+    """k, v: [layers, slots, kv_heads, head_dim], allocated once. Which slots form a page is
+    the allocator's business (`kv_slots.py`); this pool addresses slots only."""
 
     def __init__(self, args: ModelArgs, num_slots: int, dtype: torch.dtype, device: torch.device | str,
-                 page_size: int = 1, host_slots: int = 0):
+                 host_slots: int = 0):
         shape = (args.num_hidden_layers, num_slots, args.num_key_value_heads, args.head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.num_slots = num_slots
-        self.page_size = page_size
         # the host tier (`host_tier.py`); pinned when the pool is on a GPU so copies are async-capable
         host_shape = (args.num_hidden_layers, host_slots, args.num_key_value_heads, args.head_dim)
         pin = torch.device(device).type == "cuda"
@@ -42,17 +41,6 @@ class KVPool:
         else:
             self.k[:, device] = self.host_k[:, host].to(self.k.device)
             self.v[:, device] = self.host_v[:, host].to(self.v.device)
-
-    def paged_k(self, layer: int) -> torch.Tensor:
-        """Layer `layer`'s keys as [pages, page_size, kv_heads, head_dim] (a view)."""
-        return self._paged(self.k[layer])
-
-    def paged_v(self, layer: int) -> torch.Tensor:
-        return self._paged(self.v[layer])
-
-    def _paged(self, slots: torch.Tensor) -> torch.Tensor:
-        pages = self.num_slots // self.page_size
-        return slots[: pages * self.page_size].view(pages, self.page_size, *slots.shape[1:])
 
     @property
     def bytes_per_token(self) -> int:

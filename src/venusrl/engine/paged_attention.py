@@ -8,9 +8,9 @@ On CPU at decode batch sizes the cost is the number of ops, not FLOPs, so the wo
 shaped into few calls:
 - a prefill with no cached context attends over its own new K/V (no gather from the pool),
   and consecutive such prefills of one length share one call;
-- decode rows share one call over their contexts gathered a page at a time (a request's KV
-  fills whole pages in order, see `kv_slots.py`), with the query heads of one KV head laid
-  out as that head's queries, so the call needs no grouped-query expansion.
+- decode rows share one call over their KV kept in rows between steps (`decode_rows.py`),
+  with the query heads of one KV head laid out as that head's queries, so the call needs no
+  grouped-query expansion.
 """
 
 from __future__ import annotations
@@ -20,12 +20,14 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from venusrl.engine.decode_rows import DecodeRows
 from venusrl.engine.kv_pool import KVPool
 from venusrl.model.attention import sdpa
 
 
 @dataclass(slots=True)
 class SequenceSlots:
+    key: str  # the request: a decoding request keeps its KV row across steps under it
     num_new: int  # new tokens of this sequence in the packed row, in order
     context_slots: list[int]  # slots of every token it attends to; the new ones last
 
@@ -41,9 +43,10 @@ class _PrefillRun:
 class PagedAttention:
     """An `AttentionContext` (see venusrl.model.attention) for one forward pass."""
 
-    def __init__(self, pool: KVPool, sequences: list[SequenceSlots]):
+    def __init__(self, pool: KVPool, rows: DecodeRows, sequences: list[SequenceSlots]):
         device = pool.k.device
         self.pool = pool
+        self.rows = rows
         self.new_slots = torch.tensor(
             [s for seq in sequences for s in seq.context_slots[len(seq.context_slots) - seq.num_new :]],
             dtype=torch.long, device=device,
@@ -54,14 +57,15 @@ class PagedAttention:
         for seq in sequences:
             if seq.num_new == 1 and len(seq.context_slots) > 1:
                 decode_rows.append(start)
-                decode_contexts.append(seq.context_slots)
+                decode_contexts.append((seq.key, seq.context_slots))
             else:
                 self._add_prefill(start, seq, device)
             start += seq.num_new
         self.decode_rows = torch.tensor(decode_rows, dtype=torch.long, device=device)
         self.is_pure_decode = not self.prefills
-        if decode_contexts:
-            self._plan_decode(decode_contexts, device)
+        # planned at every forward, so a request that did not decode in the previous one gives
+        # its row up (its KV may have been recomputed since)
+        self.decode = rows.plan(decode_contexts)
 
     def _add_prefill(self, start: int, seq: SequenceSlots, device: torch.device) -> None:
         fresh = len(seq.context_slots) == seq.num_new
@@ -73,26 +77,10 @@ class PagedAttention:
         slots = None if fresh else torch.tensor(seq.context_slots, dtype=torch.long, device=device)
         self.prefills.append(_PrefillRun(start, 1, seq.num_new, slots))
 
-    def _plan_decode(self, contexts: list[list[int]], device: torch.device) -> None:
-        page = self.pool.page_size
-        pages = [c[::page] for c in contexts]
-        longest = max(len(p) for p in pages)
-        # slot // page_size of each page's first slot is its page id; padding reads page 0
-        padded = [[s // page for s in p] + [0] * (longest - len(p)) for p in pages]
-        self.decode_pages = torch.tensor(padded, dtype=torch.long, device=device).view(-1)
-        self.decode_shape = (len(contexts), longest * page)
-        self.decode_mask = None  # contexts that fill their pages exactly need no padding mask
-        if any(len(c) != longest * page for c in contexts):
-            lengths = torch.tensor([len(c) for c in contexts], device=device)
-            padding = torch.arange(longest * page, device=device)[None] >= lengths[:, None]
-            # additive, built once per step (SDPA would convert a boolean mask in every layer)
-            mask = torch.zeros(padding.shape, dtype=self.pool.k.dtype, device=device).masked_fill_(padding, -torch.inf)
-            self.decode_mask = mask[:, None, None, :]
-
     def attend(self, layer_idx: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         self.pool.write(layer_idx, self.new_slots, k[0], v[0])
         if self.is_pure_decode:  # the rows are the whole batch, in order
-            return self._decode(layer_idx, q[0])[None]
+            return self._decode(layer_idx, q[0], k[0], v[0])[None]
         out = torch.empty_like(q)
         for run in self.prefills:
             end = run.start + run.count * run.length
@@ -109,22 +97,40 @@ class PagedAttention:
             values = self.pool.v[layer_idx].index_select(0, run.context_slots)[None]
             out[:, run.start : end] = sdpa(queries, keys, values, mask=mask, causal=False)
         if len(self.decode_rows):
-            out[0, self.decode_rows] = self._decode(layer_idx, q[0, self.decode_rows])
+            rows = self.decode_rows
+            out[0, rows] = self._decode(layer_idx, q[0, rows], k[0, rows], v[0, rows])
         return out
 
-    def _decode(self, layer_idx: int, queries: torch.Tensor) -> torch.Tensor:
-        """queries [R, Hq, Dh], one per decode row, against their padded contexts."""
+    def _decode(self, layer_idx: int, queries: torch.Tensor, new_k: torch.Tensor, new_v: torch.Tensor) -> torch.Tensor:
+        """queries, new_k, new_v [R, heads, Dh], one per decode row in batch order."""
+        plan = self.decode
         rows, num_heads, head_dim = queries.shape
-        kv_heads = self.pool.k.shape[2]
-        shape = (*self.decode_shape, kv_heads, head_dim)  # [R, L, Hkv, Dh]
-        keys = self.pool.paged_k(layer_idx).index_select(0, self.decode_pages).view(shape).transpose(1, 2)
-        values = self.pool.paged_v(layer_idx).index_select(0, self.decode_pages).view(shape).transpose(1, 2)
+        row_k, row_v = self.rows.layer(layer_idx)
+        kv_heads = row_k.shape[2]
+        row_k.view(-1, kv_heads, head_dim).index_copy_(0, plan.write_index, new_k)
+        row_v.view(-1, kv_heads, head_dim).index_copy_(0, plan.write_index, new_v)
+        keys = row_k[:rows, : plan.max_length].transpose(1, 2)  # [R, Hkv, L, Dh], read in place
+        values = row_v[:rows, : plan.max_length].transpose(1, 2)
+        if plan.row_to_batch is not None:
+            queries = queries.index_select(0, plan.row_to_batch)
         # query head h reads KV head h // (Hq / Hkv): each KV head's queries become its rows
         grouped = queries.view(rows, kv_heads, num_heads // kv_heads, head_dim)
-        out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=self.decode_mask)
-        return out.reshape(rows, num_heads, head_dim)
+        out = F.scaled_dot_product_attention(grouped, keys, values, attn_mask=plan.mask).reshape(rows, num_heads, head_dim)
+        return out if plan.batch_to_row is None else out.index_select(0, plan.batch_to_row)
+
+
+class PagedAttentionBackend:
+    """The CPU attention backend: owns the decode rows, which live across steps."""
+
+    def __init__(self, pool: KVPool):
+        self.pool = pool
+        self.rows = DecodeRows(pool)
+
+    def context(self, sequences: list[SequenceSlots]) -> PagedAttention:
+        return PagedAttention(self.pool, self.rows, sequences)
 
 
 # Attention backends by name (`engine.attention_backend`). A GPU backend (flash-attn,
-# flashinfer) is a class with this constructor and `attend`, registered here.
-ATTENTION_BACKENDS: dict[str, type[PagedAttention]] = {"sdpa": PagedAttention}
+# flashinfer) is a class constructed from the pool whose `context(sequences)` returns an
+# `AttentionContext` for one forward pass, registered here.
+ATTENTION_BACKENDS: dict[str, type[PagedAttentionBackend]] = {"sdpa": PagedAttentionBackend}

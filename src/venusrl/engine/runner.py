@@ -21,15 +21,15 @@ class SampledToken:
 
 
 class ModelRunner:
-    def __init__(self, model: CausalLM, kv_capacity_tokens: int, page_size: int = 1, seed: int = 0,
+    def __init__(self, model: CausalLM, kv_capacity_tokens: int, seed: int = 0,
                  attention_backend: str = "sdpa", host_kv_capacity_tokens: int = 0):
         weight = model.model.embed_tokens.weight
         model.fuse_projections()
         self.model = model
         self.device = weight.device
-        self.pool = KVPool(model.args, kv_capacity_tokens, weight.dtype, weight.device, page_size,
+        self.pool = KVPool(model.args, kv_capacity_tokens, weight.dtype, weight.device,
                            host_kv_capacity_tokens)
-        self.attention = ATTENTION_BACKENDS[attention_backend]
+        self.attention = ATTENTION_BACKENDS[attention_backend](self.pool)
         # requests without a seed draw from one engine-wide stream
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
@@ -38,11 +38,13 @@ class ModelRunner:
         for copy in batch.kv_copies:  # before the forward: it may overwrite a page just saved
             self.pool.copy(copy)
         items = batch.items
+        # built for an empty batch too: decode rows outlive only consecutive forwards
+        context = self.attention.context(
+            [SequenceSlots(item.request_id, len(item.token_ids), item.context_slots) for item in items])
         if not items:
             return {}
         ids = torch.tensor([[t for item in items for t in item.token_ids]], device=self.device)
         positions = torch.tensor([[p for item in items for p in item.positions]], device=self.device)
-        context = self.attention(self.pool, [SequenceSlots(len(item.token_ids), item.context_slots) for item in items])
         hidden = self.model.hidden_states(ids, positions, context)[0]
         ends = torch.tensor([len(item.token_ids) for item in items], device=self.device).cumsum(0) - 1
         sampled_items = [i for i, item in enumerate(items) if item.sample]

@@ -12,11 +12,17 @@ from venusrl.model.rope import apply_rotary
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMS-normalise the last dim, then scale by `weight` (broadcast)."""
+    """RMS-normalise the last dim, then scale by `weight` (broadcast).
+
+    Written out rather than `F.rms_norm`, which on CPU runs the same steps (x*x, sum, / n,
+    + eps, rsqrt) with more ops around them; the result is bit-identical and, at decode batch
+    sizes where each op costs more than its arithmetic, faster."""
+    x32 = x if x.dtype == torch.float32 else x.to(torch.float32)
+    scale = x32.square().sum(-1, keepdim=True).div_(x.shape[-1]).add_(eps).rsqrt_()
     if x.dtype == torch.float32 and weight.dtype == torch.float32:
-        return F.rms_norm(x, (x.shape[-1],), eps=eps) * weight
+        return x32 * scale * weight
     # normalised in float32 whatever the model dtype, then scaled, as Hugging Face does
-    return weight * F.rms_norm(x.to(torch.float32), (x.shape[-1],), eps=eps).to(x.dtype)
+    return weight * (x32 * scale).to(x.dtype)
 
 
 class RMSNorm(nn.Module):
@@ -118,7 +124,11 @@ class MLP(nn.Module):
             gate, up = self.gate_proj(x), self.up_proj(x)
         else:
             gate, up = F.linear(x, *self.fused_gate_up).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
+        if torch.is_grad_enabled():
+            return self.down_proj(F.silu(gate) * up)
+        # without autograd nothing needs `gate` kept: overwrite it instead of allocating two
+        # intermediates (at prefill sizes, fresh pages cost more than the arithmetic)
+        return self.down_proj(F.silu(gate, inplace=True).mul_(up))
 
 
 class DecoderLayer(nn.Module):

@@ -2,21 +2,26 @@
 
 `InProcessTransport` hands the tensors over (engines in one process); `TcpTransport` sends
 them to a `KVReceiver` on another process over a socket (loopback by default): a JSON header
-line (shapes, dtype, token ids), then the raw K and V bytes.
+line (shapes, dtype, token ids), then the raw K and V bytes. `mooncake_transport.py` moves
+the bytes through Mooncake's transfer engine instead; `transport_select.py` picks one by name.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import socket
 import socketserver
 import threading
+import time
 from typing import Protocol
 
 import torch
 
 from venusrl.engine.kv_pool import HostKV
 from venusrl.model.checkpoint import resolve_dtype
+
+log = logging.getLogger(__name__)
 
 
 class KVTransport(Protocol):
@@ -30,11 +35,14 @@ class InProcessTransport:
         return list(token_ids), HostKV(kv.k.clone(), kv.v.clone())
 
 
+def kv_header(token_ids: list[int], kv: HostKV) -> dict:
+    """What the receiving side needs to rebuild K and V: token ids, shape and dtype."""
+    return {"token_ids": token_ids, "shape": list(kv.k.shape), "dtype": str(kv.k.dtype).removeprefix("torch.")}
+
+
 def _encode(token_ids: list[int], kv: HostKV) -> tuple[bytes, bytes, bytes]:
-    dtype = str(kv.k.dtype).removeprefix("torch.")
-    header = {"token_ids": token_ids, "shape": list(kv.k.shape), "dtype": dtype}
     raw = [t.contiguous().view(torch.uint8).numpy().tobytes() for t in (kv.k, kv.v)]
-    return (json.dumps(header) + "\n").encode(), raw[0], raw[1]
+    return (json.dumps(kv_header(token_ids, kv)) + "\n").encode(), raw[0], raw[1]
 
 
 def _read_exact(stream, count: int) -> bytes:
@@ -56,14 +64,15 @@ def _decode(stream) -> tuple[list[int], HostKV]:
 class KVReceiver:
     """Accepts KV sent by `TcpTransport` and hands each delivery to `on_kv` (which imports it
     into the local engine); replies with the tokens it took. `on_kv` runs on the receiver's
-    thread: with a running `AsyncEngine`, pass the import through `AsyncEngine.call(...)`."""
+    thread: with a running `AsyncEngine`, pass the import through `AsyncEngine.call(...)`.
+    A subclass that carries the KV bytes another way overrides `receive`."""
 
     def __init__(self, on_kv, host: str = "127.0.0.1", port: int = 0):
         receiver = self
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
-                token_ids, kv = _decode(self.rfile)
+                token_ids, kv = receiver.receive(self.rfile)
                 imported = receiver.on_kv(token_ids, kv)
                 self.wfile.write((json.dumps({"imported": imported}) + "\n").encode())
 
@@ -73,6 +82,10 @@ class KVReceiver:
         self.address = self.server.server_address
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
+
+    def receive(self, stream) -> tuple[list[int], HostKV]:
+        """One delivery read from the connection's stream."""
+        return _decode(stream)
 
     def close(self) -> None:
         self.server.shutdown()
@@ -84,8 +97,11 @@ class TcpTransport:
         self.address, self.timeout_s = address, timeout_s
 
     def send(self, token_ids: list[int], kv: HostKV) -> tuple[list[int], HostKV]:
+        start = time.perf_counter()
         header, k, v = _encode(token_ids, kv)
         with socket.create_connection(self.address, timeout=self.timeout_s) as connection:
             connection.sendall(header + k + v)
             reply = json.loads(connection.makefile("rb").readline())
+        log.info("KV of %d tokens sent over tcp to %s: %d bytes in %.1f ms, %d tokens imported", len(token_ids),
+                 self.address, len(k) + len(v), (time.perf_counter() - start) * 1e3, reply["imported"])
         return list(token_ids[: reply["imported"]]), kv
