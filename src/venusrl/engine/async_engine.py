@@ -102,22 +102,28 @@ class AsyncEngine:
 
     def _loop(self) -> None:
         try:
+            # the last step did nothing (its waiting requests cannot be admitted) and no call
+            # has arrived since: wait for one instead of spinning a core on empty steps
+            idle = False
             while not self._stopping.is_set():
-                self._run_commands(block=not self.engine.has_work)
-                if self.engine.has_work:
+                if self._run_commands(block=not self.engine.has_work or idle):
+                    idle = False
+                if self.engine.has_work and not idle:
                     for output in self.engine.step():
                         self._deliver(output)
+                    idle = self.engine.last_step_idle
         except BaseException as err:  # the thread must report, not vanish
             log.exception("engine loop crashed")
             self._error = err
         finally:
             self._fail_everything(self._error or EngineStopped("engine shut down"))
 
-    def _run_commands(self, block: bool) -> None:
+    def _run_commands(self, block: bool) -> bool:
+        """Run the queued calls; whether there were any."""
         try:
             fn, future = self._commands.get(timeout=0.5) if block else self._commands.get_nowait()
         except queue.Empty:
-            return
+            return False
         while True:
             if future.set_running_or_notify_cancel():
                 try:
@@ -127,7 +133,7 @@ class AsyncEngine:
             try:
                 fn, future = self._commands.get_nowait()
             except queue.Empty:
-                return
+                return True
 
     def _deliver(self, output: RequestOutput) -> None:
         target = self._streams.get(output.request_id)

@@ -62,6 +62,10 @@ class Engine:
         self.runner = ModelRunner(model, config.kv_capacity_tokens, seed, config.attention_backend,
                                   config.host_kv_capacity_tokens)
         self.weight_version = 0
+        # The last step had nothing to do: no request ran, was retracted, finished or moved.
+        # The engine's state changes only by steps and calls, so until a call arrives (a
+        # request, a release, a priority change) the next step would find the same nothing.
+        self.last_step_idle = False
         self._pending_weights: tuple[dict[str, torch.Tensor], int] | None = None
         self._tracked: dict[str, _Tracked] = {}
         self._ids = itertools.count()
@@ -135,7 +139,8 @@ class Engine:
     # ---- one iteration -------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
-        if self._pending_weights is not None:
+        updated = self._pending_weights is not None
+        if updated:
             state_dict, version = self._pending_weights
             self._pending_weights = None
             self.runner.load_weights(state_dict)
@@ -143,6 +148,7 @@ class Engine:
             dropped = self.scheduler.drop_all_kv() if self.config.kv_after_weight_update == "recompute" else 0
             log.info("weights updated to version %d (%d cached KV tokens dropped)", version, dropped)
         batch = self.scheduler.schedule()
+        self.last_step_idle = not batch and not updated
         sampled = self.runner.run(batch)
         stopped = []
         for request_id, token in sampled.items():

@@ -1,0 +1,48 @@
+"""The engine thread: a waiting request that cannot be admitted does not make it spin on
+empty steps, and the call that frees room wakes it."""
+
+import asyncio
+
+from venusrl.engine.async_engine import AsyncEngine
+from venusrl.engine.config import EngineConfig
+from venusrl.engine.engine import Engine
+from venusrl.model.checkpoint import load_model
+from venusrl.types import Priority, SamplingParams
+
+
+def test_a_request_that_cannot_be_admitted_waits_for_a_call_instead_of_spinning(tiny_model_dir):
+    engine = Engine(load_model(tiny_model_dir), EngineConfig(kv_capacity_tokens=48, page_size=1))
+    steps = 0
+    step = engine.step
+
+    def counted_step():
+        nonlocal steps
+        steps += 1
+        return step()
+
+    engine.step = counted_step
+    runner = AsyncEngine(engine)
+
+    async def scenario():
+        await runner.acall(lambda e: e.start_trajectory("high", Priority.HIGH))
+        high = SamplingParams(max_new_tokens=8, temperature=0, stop_token_ids=(-1,))
+        async for _ in runner.generate(list(range(1, 33)), high, Priority.HIGH, "high"):
+            pass  # 40 tokens of the 48-token pool stay cached for the HIGH trajectory
+        low = SamplingParams(max_new_tokens=4, temperature=0, stop_token_ids=(-1,))
+        outputs = runner.generate(list(range(100, 116)), low, Priority.LOW)
+        pending = asyncio.ensure_future(anext(outputs))
+        await asyncio.sleep(1.0)  # the LOW request may not evict HIGH KV: it waits
+        stalled_steps = steps
+        await asyncio.sleep(1.0)
+        assert steps == stalled_steps and not pending.done()
+        await runner.acall(lambda e: e.release_trajectory("high"))
+        last = await asyncio.wait_for(pending, timeout=30)
+        async for output in outputs:
+            last = output
+        return last
+
+    try:
+        final = asyncio.run(scenario())
+    finally:
+        asyncio.run(runner.shutdown())
+    assert final.finished and len(final.output_ids) == 4
