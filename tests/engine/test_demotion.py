@@ -27,3 +27,16 @@ def test_shared_prompt_pages_count_once():
     assert choose_demoted(contexts, demotable, 150, exclusive, demand=140) == set()
     # in a 125-token pool, demoting two frees their 20 private tokens and the rest fits
     assert choose_demoted(contexts, demotable, 125, exclusive, demand=140) == {"a", "b"}
+
+
+def test_idle_first_pauses_tool_waiting_trajectories_before_generating_ones():
+    """ThunderAgent's order: programs with no request in the engine (waiting on a tool) go
+    first, smallest first, even when a generating one is shorter."""
+    contexts = {"gen_short": 10, "gen_long": 50, "idle_mid": 30, "idle_long": 40}
+    demotable = dict.fromkeys(contexts, True)
+    active = {"gen_short", "gen_long"}
+    assert choose_demoted(contexts, demotable, 100, active=active) == {"idle_mid"}
+    assert choose_demoted(contexts, demotable, 60, active=active) == {"idle_mid", "idle_long"}
+    assert choose_demoted(contexts, demotable, 50, active=active) == {"idle_mid", "idle_long", "gen_short"}
+    # without `active`, shortest first regardless of activity (the paper's order)
+    assert choose_demoted(contexts, demotable, 100) == {"gen_short", "idle_mid"}

@@ -43,3 +43,10 @@ def test_a_paused_holder_gives_its_slot_to_a_runnable_trajectory(monkeypatch):
         paused = engines[trajectory.engine].paused(trajectory.key)
         assert worker._slot_priority(trajectory).name == ("LOW" if paused else "HIGH")
         assert worker._declared_priority(trajectory).name == "HIGH"
+
+
+def test_thunderagent_engines_pause_tool_waiting_programs_first():
+    from venusrl.sim.systems import system
+
+    assert system("thunderagent").demotion_order == "idle_first"
+    assert system("venus").demotion_order == "shortest"  # the paper's order stays venus's

@@ -20,6 +20,10 @@ class EngineConfig(Section):
     chunked_prefill_size: int = Field(2048, ge=1, description="longest prefill chunk of one request")
     cache_policy: Literal["tiers", "lru"] = Field("tiers", description="radix eviction: trajectory-aware tiers or plain LRU")
     demotion: bool = Field(True, description="residency-aware demotion of HIGH trajectories under KV pressure")
+    demotion_order: Literal["shortest", "idle_first"] = Field(
+        "shortest", description="whom demotion pauses first: shortest: the shortest contexts (paper §4.3); "
+        "idle_first: trajectories with no request in the engine (waiting on a tool), then generating ones, "
+        "each shortest first (ThunderAgent)")
     attention_backend: Literal["sdpa"] = Field("sdpa", description="paged attention kernel (see engine/paged_attention.py)")
     kv_after_weight_update: Literal["recompute", "keep"] = Field(
         "recompute",

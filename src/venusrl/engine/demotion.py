@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Collection, Hashable, Mapping
 
 
 def choose_demoted(
@@ -11,6 +11,7 @@ def choose_demoted(
     capacity_tokens: int,
     exclusive: Mapping[Hashable, int] | None = None,
     demand: int | None = None,
+    active: Collection[Hashable] | None = None,
 ) -> set[Hashable]:
     """Demote HIGH trajectories, shortest context first, until the rest fit in capacity.
 
@@ -20,15 +21,20 @@ def choose_demoted(
     trajectory frees only what no other HIGH trajectory shares (``exclusive``); both default
     to treating every context as private. Shortest first keeps the long trajectories' progress
     resident. Recomputing the set every iteration promotes trajectories back as soon as
-    finished HIGH ones free the room.
+    finished HIGH ones free the room. With ``active`` (the trajectories that have a request in
+    the engine), the idle ones (waiting on a tool) go first, each set shortest first
+    (ThunderAgent's order: an idle program's KV is not read until its tool returns).
     """
     exclusive = contexts if exclusive is None else exclusive
     demand = sum(contexts.values()) if demand is None else demand
     demoted: set[Hashable] = set()
     if demand <= capacity_tokens:
         return demoted
-    # sorted() is stable: equal contexts keep the caller's (start) order.
-    for key in sorted((k for k in contexts if demotable[k]), key=contexts.__getitem__):
+    def order(key: Hashable) -> tuple[bool, int]:
+        return active is not None and key in active, contexts[key]
+
+    # sorted() is stable: equal keys keep the caller's (start) order.
+    for key in sorted((k for k in contexts if demotable[k]), key=order):
         if demand <= capacity_tokens:
             break
         demoted.add(key)

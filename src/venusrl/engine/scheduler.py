@@ -485,7 +485,10 @@ class Scheduler:
         if self.config.demotion and self.config.cache_policy == "tiers" and sum(contexts.values()) > capacity:
             demand, exclusive = self._distinct_high_demand(uncached)
             demotable = {k: trajectories[k].priority == Priority.HIGH for k in contexts}
-            demoted = choose_demoted(contexts, demotable, capacity, exclusive, demand)
+            active = None
+            if self.config.demotion_order == "idle_first":
+                active = {request.trajectory_key for request in self.requests.values()}
+            demoted = choose_demoted(contexts, demotable, capacity, exclusive, demand, active)
         for key, trajectory in trajectories.items():
             if trajectory.demoted != (key in demoted):
                 self.cache.set_demoted(key, key in demoted)

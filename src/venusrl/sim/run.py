@@ -102,6 +102,7 @@ def simulate(spec: SimSpec, progress: Callable[[float, int], None] | None = None
         page_size=1, kv_capacity_tokens=cost.kv_capacity_tokens // q, max_running_requests=spec.max_running_requests,
         max_prefill_tokens=max(1, 16384 // q), chunked_prefill_size=max(1, 8192 // q),
         cache_policy=spec.system.cache_policy, demotion=spec.system.demotion,
+        demotion_order=spec.system.demotion_order,
         kv_after_weight_update=spec.kv_after_weight_update,
     )  # fmt: skip
     engines = [

@@ -5,12 +5,13 @@
 - `rollflash`: action-level slots, FCFS, LRU + host tier.
 - `thunderagent`: program-aware scheduling (ThunderAgent) with no trainer priority: every
   program is HIGH in the engine, and when the programs' KV outgrows the pool the engine's
-  residency-aware demotion pauses the smallest contexts first (tool-waiting KV becomes
-  evictable first; a paused generating request is retracted before others). Concurrency is
-  the same bound as the others' (`slots_per_engine` per engine, `max_running_requests`): the
-  slots are granted non-paused programs before paused ones, and a non-paused program that
-  finds them full takes the slot of the latest paused holder, so a paused program never
-  blocks the programs whose KV keeps it paused.
+  demotion pauses the programs with no request in the engine (waiting on a tool or for a
+  slot) first, smallest first, then generating ones, smallest first
+  (`demotion_order="idle_first"`; a paused generating request is retracted before others).
+  Concurrency is the same bound as the others' (`slots_per_engine` per engine,
+  `max_running_requests`): the slots are granted non-paused programs before paused ones, and
+  a non-paused program that finds them full takes the slot of the latest paused holder, so a
+  paused program never blocks the programs whose KV keeps it paused.
 - `venus`: priority slots, the length-prediction policy, tiers + demotion, orchestration. As
   in §4.3, a demoted trajectory is LOW, for its slot as well as its KV.
 - Table 1's ablations: `action_level` (the baseline: rollflash with venus's engine), then
@@ -36,6 +37,7 @@ class SystemSpec:
     orchestration: bool
     host_tier: bool = True
     program_aware: bool = False  # thunderagent: all HIGH in the engine, slots by paused/not
+    demotion_order: Literal["shortest", "idle_first"] = "shortest"  # see EngineConfig.demotion_order
 
     @property
     def uses_predictions(self) -> bool:
@@ -45,7 +47,7 @@ class SystemSpec:
 SLIME = SystemSpec("slime", "trajectory_level", "fcfs", "lru", demotion=False, orchestration=False)
 ROLLFLASH = SystemSpec("rollflash", "action_level", "fcfs", "lru", demotion=False, orchestration=False)
 THUNDERAGENT = SystemSpec("thunderagent", "priority", "action_level", "tiers", demotion=True, orchestration=False,
-                          program_aware=True)
+                          program_aware=True, demotion_order="idle_first")
 VENUS = SystemSpec("venus", "priority", "length_prediction", "tiers", demotion=True, orchestration=True)
 
 BASELINE = replace(ROLLFLASH, name="baseline")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import random
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -43,11 +44,24 @@ MODES = {
 }
 
 
-def measure_steps(engine: Engine, prompt_len: int, case: bench.RolloutCase, repeats: int = 3) -> list[StepSample]:
+def measure_steps(engines: list[Engine], prompt_len: int, case: bench.RolloutCase, repeats: int = 3) -> list[StepSample]:
     """Time schedule + forward + bookkeeping (what one `Engine.step` does) for 1..slots x
-    engines concurrent requests, each a `prompt_len` prefill then decode steps."""
-    samples = []
-    rng = random.Random(0)
+    engines concurrent requests, each a `prompt_len` prefill then decode steps. The engines
+    step at once, each on its own thread as in the benchmark (`AsyncEngine`), so the fit
+    includes what they cost each other: one process, one GIL, the same cores."""
+    per_engine: list[list[StepSample]] = [[] for _ in engines]
+    threads = [threading.Thread(target=_measure_one, args=(engine, index, prompt_len, case, repeats, per_engine[index]))
+               for index, engine in enumerate(engines)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [sample for samples in per_engine for sample in samples]
+
+
+def _measure_one(engine: Engine, seed: int, prompt_len: int, case: bench.RolloutCase, repeats: int,
+                 samples: list[StepSample]) -> None:
+    rng = random.Random(seed)
     for _ in range(repeats):
         for concurrent in range(1, case.slots_per_engine * case.engines + 1):
             for _request in range(concurrent):
@@ -70,7 +84,6 @@ def measure_steps(engine: Engine, prompt_len: int, case: bench.RolloutCase, repe
                         decode += 1
                         kv += computed
                 samples.append(StepSample(prefill, decode, kv, seconds))
-    return samples
 
 
 def trace_rows(case: bench.RolloutCase, prompt_tokens: int, obs_tokens: int, stop_probability: float,
@@ -109,8 +122,9 @@ def run(quick: bool, measured: dict[str, Any] | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = make_tiny_model(Path(tmp) / "model", seed=1)
         prompt_tokens, obs_tokens, stop = _chat_lengths(model_dir, case)
-        engine = Engine.from_pretrained(model_dir, EngineConfig(kv_capacity_tokens=case.kv_tokens_per_engine, page_size=1))
-        samples = measure_steps(engine, prompt_tokens, case)
+        engines = [Engine.from_pretrained(model_dir, EngineConfig(kv_capacity_tokens=case.kv_tokens_per_engine, page_size=1))
+                   for _ in range(case.engines)]
+        samples = measure_steps(engines, prompt_tokens, case)
         cost: CostModel = fit(samples, case.kv_tokens_per_engine)
         trace = Path(tmp) / "trace.jsonl"
         rows = trace_rows(case, prompt_tokens, obs_tokens, stop, 4 * case.batch_groups)
