@@ -2,10 +2,18 @@
 (slime), action-level slots (ROLL Flash) and venusrl's priority scheduling, on two engines
 with the tiny model.
 
-The workload: calculator-style prompts whose difficulty (number of turns, 1 to 8) is shared
-by the group; after every model turn the environment answers after a tool latency drawn from
-an exponential distribution (mean stated in the output), as a tool or a user simulator would.
-The random tiny model's text is not the point: its turns cost real forward passes and real KV.
+The workload: calculator problems whose difficulty (number of operations, 1 to 8: one turn
+each) is shared by the group; after every model turn the environment answers after a tool
+latency drawn from an exponential distribution (mean stated in the output), as a tool or a
+user simulator would. The random tiny model's text is not the point: its turns cost real
+forward passes and real KV.
+
+venus ranks groups by predicted length. Its `learned` predictor is trained the way a run
+trains it, on finished trajectories: those of one untimed round over other problems (a
+previous step's rollouts), so the timed round starts with a predictor that has seen the
+workload but not these prompts. It is then loaded for the timed round and refit only between
+rounds: on 2 cores a refit during the round would take CPU from the engines (a cluster refits
+on the coordinator's own cores). The baselines use no prediction.
 """
 
 from __future__ import annotations
@@ -83,15 +91,15 @@ class WorkloadEnv(Environment):
         return 0.0
 
 
-def _prompts(case: RolloutCase, count: int) -> list[Prompt]:
-    rng = random.Random(case.seed)
-    rows = generate_dataset(count, seed=case.seed)
+def _prompts(case: RolloutCase, count: int, seed: int) -> list[Prompt]:
+    rows = generate_dataset(count, seed=seed, max_steps=case.max_turns)
     return [Prompt(id=row["id"], messages=({"role": "user", "content": row["question"]},),
-                   metadata={**row, "turns": rng.randint(1, case.max_turns), "latency_mean_s": case.tool_latency_mean_s})
+                   metadata={**row, "turns": row["steps"], "latency_mean_s": case.tool_latency_mean_s})
             for row in rows]
 
 
-async def _time_to_batch(model_dir: Path, case: RolloutCase, mode: str) -> dict[str, float]:
+async def _time_to_batch(model_dir: Path, case: RolloutCase, mode: str, predictor: BackgroundPredictor | None = None,
+                         seed: int | None = None) -> dict[str, float]:
     engines = [Engine.from_pretrained(model_dir, EngineConfig(kv_capacity_tokens=case.kv_tokens_per_engine, page_size=1))
                for _ in range(case.engines)]
     async_engines = [AsyncEngine(e) for e in engines]
@@ -99,9 +107,8 @@ async def _time_to_batch(model_dir: Path, case: RolloutCase, mode: str) -> dict[
     coordinator = DataCoordinator(
         CoordinatorConfig(group_size=case.group_size, batch_groups=case.batch_groups, async_factor=case.async_factor,
                           policy=policy, prior_tool_seconds=case.tool_latency_mean_s),
-        _prompts(case, 4 * case.batch_groups),
+        _prompts(case, 4 * case.batch_groups, case.seed if seed is None else seed),
     )
-    predictor = BackgroundPredictor(make_predictor(PredictorConfig(kind="group_history"))) if mode == "priority" else None
     config = RolloutConfig(max_turns=case.max_turns + 1, max_new_tokens_per_turn=case.tokens_per_turn, temperature=1.0)
     worker = RolloutWorker(coordinator, async_engines, engines[0].tokenizer, WorkloadEnv, config,
                            slots=case.slots_per_engine, mode=mode, predictor=predictor)
@@ -111,8 +118,6 @@ async def _time_to_batch(model_dir: Path, case: RolloutCase, mode: str) -> dict[
     finally:
         for e in async_engines:
             await e.shutdown()
-        if predictor is not None:
-            predictor.close()
     seconds = time.perf_counter() - started
     stats = [e.stats() for e in engines]
     return {
@@ -142,8 +147,21 @@ def run(quick: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp, Progress() as progress:
         model_dir = make_tiny_model(Path(tmp) / "model", seed=1)
         task = progress.add_task("rollout bench", total=len(MODES))
+        predictor_path = Path(tmp) / "predictor.pkl"
+        warm_up = BackgroundPredictor(make_predictor(PredictorConfig(kind="learned", refit_every=64)))
+        try:  # other problems (another seed), untimed; every timed round gets fresh engines
+            asyncio.run(_time_to_batch(model_dir, case, "priority", warm_up, seed=case.seed + 1))
+            warm_up.save(predictor_path)
+        finally:
+            warm_up.close()
+        trained = PredictorConfig(kind="learned", path=str(predictor_path), refit_every=10**9)
         for name, mode in MODES.items():
-            result[name] = asyncio.run(_time_to_batch(model_dir, case, mode))
+            predictor = BackgroundPredictor(make_predictor(trained)) if mode == "priority" else None
+            try:
+                result[name] = asyncio.run(_time_to_batch(model_dir, case, mode, predictor))
+            finally:
+                if predictor is not None:
+                    predictor.close()
             progress.advance(task)
     venus = result["venus"]["time_to_batch_s"]
     result["speedup_vs_action_level"] = result["action_level"]["time_to_batch_s"] / venus
