@@ -33,10 +33,11 @@ class TrainerService:
         self.trainer: StreamingTrainer | ShardedTrainer
         if config.trainer.world_size > 1:
             self.trainer = ShardedTrainer(config.trainer.world_size, partial(load_policy, config, model_dir),
-                                          config.trainer, version, optimizer_state, device.type)
+                                          config.trainer, version, optimizer_state, device.type,
+                                          temperature=config.rollout.temperature)
         else:
             model, reference = load_policy(config, model_dir, device)
-            self.trainer = StreamingTrainer(model, config.trainer, version, reference)
+            self.trainer = StreamingTrainer(model, config.trainer, version, reference, config.rollout.temperature)
             if optimizer_state is not None:
                 self.trainer.optimizer.load_state_dict(torch.load(optimizer_state, weights_only=True))
         log.info("trainer: %s from %s at weight version %d (%d rank(s))", type(self.trainer).__name__, model_dir,

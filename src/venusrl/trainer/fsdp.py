@@ -63,13 +63,13 @@ class FSDPTrainer(StreamingTrainer):
     rank must get the same calls, with the same arguments, in the same order."""
 
     def __init__(self, model: nn.Module, config: TrainerConfig, version: int = 0, reference: nn.Module | None = None,
-                 optimizer_state: Path | None = None) -> None:
+                 optimizer_state: Path | None = None, temperature: float = 1.0) -> None:
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         mesh = init_device_mesh(next(model.parameters()).device.type, (self.world_size,))
         _shard(model, mesh)
         if reference is not None:
             _shard(reference, mesh)
-        super().__init__(model, config, version, reference)  # the optimizer holds the sharded parameters
+        super().__init__(model, config, version, reference, temperature)  # the optimizer holds the sharded parameters
         if optimizer_state is not None:
             # every rank reads the whole state and keeps its own shard of it
             state = _by_name(torch.load(optimizer_state, weights_only=True), model)
@@ -129,14 +129,15 @@ class ShardedTrainer:
 
     def __init__(self, world_size: int, build: ModelBuilder, config: TrainerConfig, version: int = 0,
                  optimizer_state: Path | None = None, device_type: str = "cpu",
-                 timeout: timedelta = timedelta(minutes=10)) -> None:
+                 timeout: timedelta = timedelta(minutes=10), temperature: float = 1.0) -> None:
         if world_size < 2:
             raise ValueError(f"ShardedTrainer needs world_size ≥ 2, got {world_size}; use StreamingTrainer")
         if dist.is_initialized():
             raise RuntimeError("this process already has a default process group; ShardedTrainer needs its own")
         # port 0: the OS picks a free port, held by the store's socket from then on (no race)
         store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, timeout=timeout, wait_for_workers=False)
-        spec = _RankSpec(world_size, store.port, device_type, timeout, build, config, version, optimizer_state)
+        spec = _RankSpec(world_size, store.port, device_type, timeout, build, config, version, optimizer_state,
+                         temperature)
         context = mp.get_context("spawn")
         self._ranks: list[tuple[BaseProcess, mp_connection.Connection]] = []
         self._trainer: FSDPTrainer | None = None
@@ -222,6 +223,7 @@ class _RankSpec:
     config: TrainerConfig
     version: int
     optimizer_state: Path | None
+    temperature: float  # the rollout's sampling temperature (StreamingTrainer)
 
 
 def _start_rank(rank: int, spec: _RankSpec, store: dist.Store) -> FSDPTrainer:
@@ -231,7 +233,7 @@ def _start_rank(rank: int, spec: _RankSpec, store: dist.Store) -> FSDPTrainer:
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=store, rank=rank,
                             world_size=spec.world_size, timeout=spec.timeout)
     model, reference = spec.build(device)
-    return FSDPTrainer(model, spec.config, spec.version, reference, spec.optimizer_state)
+    return FSDPTrainer(model, spec.config, spec.version, reference, spec.optimizer_state, spec.temperature)
 
 
 def _serve(rank: int, spec: _RankSpec, connection: mp_connection.Connection) -> None:

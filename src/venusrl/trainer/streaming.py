@@ -11,6 +11,12 @@ every group in a batch is the current π_θ and its log-probs are computed in th
 forward pass (ratio exactly 1, the PPO gradient A·∇log π). The off-policy part, rollouts
 sampled by older engine weights, is corrected by TIS and IcePop against the behaviour
 log-probs the engine recorded.
+
+The policy is the distribution the rollouts were sampled from, softmax(logits / T) at the
+rollout temperature T: the engine records its log-probs under that distribution, so the
+trainer divides its logits by the same T. Without it, at T ≠ 1 every on-policy token would
+look off-policy (ρ = π_1/π_T ≠ 1: IcePop masks and TIS re-weights the tokens it should
+keep) and the gradient would be that of another distribution than the one sampled.
 """
 
 from __future__ import annotations
@@ -74,11 +80,17 @@ class _Accumulated:
 
 class StreamingTrainer:
     def __init__(
-        self, model: nn.Module, config: TrainerConfig, version: int = 0, reference: nn.Module | None = None
+        self, model: nn.Module, config: TrainerConfig, version: int = 0, reference: nn.Module | None = None,
+        temperature: float = 1.0,
     ) -> None:
+        """`temperature`: the rollout's sampling temperature (0, greedy, records log_softmax of
+        the plain logits, as 1 does)."""
         if config.kl_coef > 0 and reference is None:
             raise ValueError("trainer.kl_coef > 0 needs a reference model")
+        if temperature < 0:
+            raise ValueError(f"temperature must be ≥ 0, got {temperature}")
         self.model, self.config, self.version, self.reference = model, config, version, reference
+        self.temperature = temperature if temperature > 0 else 1.0
         self.loss_config = PolicyLossConfig(
             clip_low=config.clip_low, clip_high=config.clip_high, tis_cap=config.tis_cap,
             icepop_low=config.icepop_low, icepop_high=config.icepop_high,
@@ -169,13 +181,13 @@ class StreamingTrainer:
         # position i predicts token i+1: drop the first token's label and the last position
         labels = ids[:, 1:].masked_fill(~attention[:, 1:].bool(), -100)
         mask, behaviour = mask[:, 1:].to(self._device), behaviour[:, 1:].to(self._device)
-        logits = causal_lm_logits(self.model, ids, attention, prefix)[:, :-1]
+        logits = causal_lm_logits(self.model, ids, attention, prefix)[:, :-1] / self.temperature
         logprobs, entropy = token_logprobs_and_entropy(logits, labels)
         reference = None
         if self.reference is not None:
             with torch.no_grad():
                 reference, _ = token_logprobs_and_entropy(
-                    causal_lm_logits(self.reference, ids, attention, prefix)[:, :-1], labels)
+                    causal_lm_logits(self.reference, ids, attention, prefix)[:, :-1] / self.temperature, labels)
         terms = policy_loss(logprobs, logprobs.detach(), behaviour, advantages.to(self._device)[:, None], mask,
                             self.loss_config, ref_logprobs=reference, entropy=entropy)
         terms.loss_sum.backward()
