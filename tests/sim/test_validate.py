@@ -15,7 +15,7 @@ from venusrl.sim import validate
 def test_measure_steps_runs_every_engine_on_its_own_thread(tmp_path, monkeypatch):
     model_dir = make_tiny_model(tmp_path / "model", layers=1)
     case = RolloutCase(batch_groups=1, group_size=1, async_factor=1.0, engines=2, slots_per_engine=1,
-                       kv_tokens_per_engine=512, tokens_per_turn=2, tool_latency_mean_s=0.0, max_turns=1)
+                       kv_tokens_per_engine=512, tokens_per_turn=2, tool_latency_mean_s=0.0, max_turns=1, steps=1)
     engines = [Engine.from_pretrained(model_dir, EngineConfig(kv_capacity_tokens=512, page_size=1)) for _ in range(2)]
     threads: dict[int, str] = {}
     original = Engine.step
