@@ -8,7 +8,6 @@ import os
 import signal
 import threading
 import time
-from datetime import timedelta
 from functools import partial
 from types import SimpleNamespace
 
@@ -132,9 +131,9 @@ def test_a_single_process_checkpoint_resumes_on_two_ranks(model_dir, tmp_path):
 
 def test_a_killed_rank_is_named_within_the_timeout(model_dir):
     config, timeout = _config(model_dir), 30.0
+    config.trainer.collective_timeout_s = timeout
     group = _groups(model_dir)[0]
-    trainer = ShardedTrainer(2, partial(load_policy, config, model_dir), config.trainer,
-                             timeout=timedelta(seconds=timeout))
+    trainer = ShardedTrainer(2, partial(load_policy, config, model_dir), config.trainer)
     failure: list[BaseException] = []
 
     def train() -> None:

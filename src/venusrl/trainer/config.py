@@ -29,6 +29,8 @@ class TrainerConfig(Section):
     micro_batch_tokens: int = Field(8192, ge=16, description="tokens per forward/backward (memory bound)")
     world_size: int = Field(1, ge=1, description="data-parallel FSDP2 ranks (one process and device each); "
                             "1 = single process")
+    collective_timeout_s: float = Field(
+        600.0, gt=0, description="FSDP2: longest wait in one collective; a rank stuck longer fails the step")
     steps: int | None = Field(None, ge=1, description="optimizer steps to run; null: until the dataset is used up")
     epochs: int = Field(1, ge=1, description="passes over the training dataset")
     checkpoint_every_steps: int = Field(1, ge=1)

@@ -124,17 +124,17 @@ class ShardedTrainer:
     r uses cuda:r with NCCL, or the CPU with gloo. Each call goes to every rank, rank 0 last.
 
     A failed call stops every rank (they may be stuck at different points of a collective) and
-    raises; a rank that died is named. A collective waits at most `timeout`, so a rank that
-    hangs becomes an error, not a hang. One per process: it owns the default process group."""
+    raises; a rank that died is named. A collective waits at most
+    `trainer.collective_timeout_s`, so a rank that hangs becomes an error, not a hang. One per process: it owns the default process group."""
 
     def __init__(self, world_size: int, build: ModelBuilder, config: TrainerConfig, version: int = 0,
-                 optimizer_state: Path | None = None, device_type: str = "cpu",
-                 timeout: timedelta = timedelta(minutes=10), temperature: float = 1.0) -> None:
+                 optimizer_state: Path | None = None, device_type: str = "cpu", temperature: float = 1.0) -> None:
         if world_size < 2:
             raise ValueError(f"ShardedTrainer needs world_size ≥ 2, got {world_size}; use StreamingTrainer")
         if dist.is_initialized():
             raise RuntimeError("this process already has a default process group; ShardedTrainer needs its own")
         # port 0: the OS picks a free port, held by the store's socket from then on (no race)
+        timeout = timedelta(seconds=config.collective_timeout_s)
         store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, timeout=timeout, wait_for_workers=False)
         spec = _RankSpec(world_size, store.port, device_type, timeout, build, config, version, optimizer_state,
                          temperature)
