@@ -28,7 +28,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayError, RayTaskError
 
-from venusrl.config import Config
+from venusrl.config import Config, ConfigError
 from venusrl.runtime.driver import TrainingDriver
 from venusrl.runtime.local import prepare
 from venusrl.runtime.ray_actors import RolloutActor, TrainerActor
@@ -98,9 +98,9 @@ async def _train(config: Config, run_dir: Path, progress: bool, train_prompts: l
     model_dir = checkpoint.model_dir if checkpoint else Path(config.model.path)
     version = checkpoint.state.weight_version if checkpoint else 0
     skip = checkpoint.snapshot.prompts_consumed if checkpoint else 0
-    gpus = _gpus_per_actor(config)
-    rollout_actor = ray.remote(RolloutActor).options(num_gpus=gpus, max_concurrency=ROLLOUT_CONCURRENCY).remote()
-    trainer_actor = ray.remote(TrainerActor).options(num_gpus=gpus).remote()
+    rollout_gpus, trainer_gpus = actor_gpus(config, ray.cluster_resources().get("GPU", 0))
+    rollout_actor = ray.remote(RolloutActor).options(num_gpus=rollout_gpus, max_concurrency=ROLLOUT_CONCURRENCY).remote()
+    trainer_actor = ray.remote(TrainerActor).options(num_gpus=trainer_gpus).remote()
     try:
         rollout, trainer = ActorProxy(rollout_actor), TrainerProxy(trainer_actor)
         opened = await asyncio.gather(
@@ -138,8 +138,16 @@ def _with_absolute_paths(config: Config) -> Config:
     return config.model_copy(update=update)
 
 
-def _gpus_per_actor(config: Config) -> float:
-    """The rollout and trainer actors get a GPU each where the cluster has two, else share one."""
+def actor_gpus(config: Config, cluster_gpus: float) -> tuple[float, float]:
+    """GPUs of the rollout and the trainer actor. The trainer holds one per FSDP rank (its rank
+    processes use the GPUs Ray gives it, as cuda:0..world_size-1); where the cluster has fewer
+    than one more than that, a single-rank trainer shares one GPU with the rollout."""
     if not config.model.device.startswith("cuda"):
-        return 0
-    return 1 if ray.cluster_resources().get("GPU", 0) >= 2 else 0.5
+        return 0, 0
+    ranks = config.trainer.world_size
+    if cluster_gpus >= ranks + 1:
+        return 1, ranks
+    if ranks > 1:
+        raise ConfigError(f"trainer.world_size={ranks} needs {ranks + 1} GPUs in the Ray cluster (one per rank and one "
+                          f"for rollout), it has {cluster_gpus:g}")
+    return 0.5, 0.5
