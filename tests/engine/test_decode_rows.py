@@ -99,7 +99,7 @@ def test_a_request_that_skips_a_step_is_filled_again_from_the_pool():
     driver.decode(["a"])  # check() compares the row with the pool's new KV
 
 
-def test_rows_and_capacity_grow_on_demand():
+def test_rows_and_capacity_grow_on_demand_and_shrink_after_a_long_request():
     driver = _Driver()
     for key in "abc":
         driver.start(key, 3)
@@ -107,6 +107,8 @@ def test_rows_and_capacity_grow_on_demand():
     driver.start("d", 150)
     driver.decode(["d", "a", "b", "c"])
     assert driver.rows.k.shape[1] == 4 and driver.rows.k.shape[2] >= 151
+    driver.decode(["a", "b", "c"])  # "d" is gone: the short rows are kept, the capacity shrinks
+    assert driver.rows.k.shape[2] == 64
 
 
 def test_a_context_that_did_not_grow_by_exactly_one_token_is_filled_again():

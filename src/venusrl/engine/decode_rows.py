@@ -13,7 +13,9 @@ Invariants:
   chunk, its KV dropped by a weight update) is filled again from the pool when it next
   decodes, so a row never outlives the KV it mirrors.
 
-Memory: the KV of the decoding requests once more, grown on demand.
+Memory: rows x the longest decoding context, in every layer: up to the decoding requests'
+KV once more (and more when their lengths differ a lot). On CPU, where this backend runs, that
+buys a step without the gather; a GPU backend reads the pool's pages in place instead.
 """
 
 from __future__ import annotations
@@ -109,16 +111,24 @@ class DecodeRows:
         return DecodePlan(len(rows), longest, write_index, batch_to_row, row_to_batch, mask)
 
     def _reserve(self, rows: int, tokens: int) -> None:
+        """Room for `rows` rows of `tokens` tokens. The capacity doubles when a context outgrows
+        it and shrinks back once the longest is under a quarter of it, so one long request
+        does not leave every row that long after it is gone."""
         layers, have_rows, capacity, heads, dim = self.k.shape
-        if rows <= have_rows and tokens <= capacity:
+        shrink = capacity > _GROWTH and tokens <= capacity // 4
+        if rows <= have_rows and tokens <= capacity and not shrink:
             return
-        new_rows = max(rows, have_rows)
-        new_capacity = capacity if tokens <= capacity else -(-max(tokens, 2 * capacity) // _GROWTH) * _GROWTH
+        new_capacity = capacity
+        if tokens > capacity:
+            new_capacity = -(-max(tokens, 2 * capacity) // _GROWTH) * _GROWTH
+        elif shrink:  # every kept row holds fewer than `tokens` tokens: nothing kept is cut
+            new_capacity = -(-2 * tokens // _GROWTH) * _GROWTH
+        kept = min(capacity, new_capacity)
         for name in ("k", "v"):
             old = getattr(self, name)
-            grown = old.new_zeros(layers, new_rows, new_capacity, heads, dim)
-            grown[:, :have_rows, :capacity] = old
-            setattr(self, name, grown)
+            resized = old.new_zeros(layers, max(rows, have_rows), new_capacity, heads, dim)
+            resized[:, :have_rows, :kept] = old[:, :, :kept]
+            setattr(self, name, resized)
 
     def _move(self, sources: list[int], destinations: list[int]) -> None:
         src = torch.tensor(sources, dtype=torch.long, device=self.k.device)
