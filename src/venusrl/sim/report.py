@@ -5,19 +5,28 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+_VALUES = ("throughput", "speedup", "first_batch_speedup")  # a row's other keys label its case
+
 
 def rows(cases: list[dict[str, Any]], reference: str, invert: bool = False) -> list[dict[str, Any]]:
     """One row per case: each system's throughput (trained tokens/s) and its speedup over
-    `reference` (with `invert`, the reference's speedup over it)."""
+    `reference` (with `invert`, the reference's speedup over it), and the same speedup in time
+    to the first batch: throughput over later steps hides what a faster first step gains."""
     out = []
     for case in cases:
         throughput = {run["name"]: run["throughput_tokens_per_s"] for run in case["runs"]}
-        base = throughput.get(reference) or 0.0
-        row = {**case["label"], "throughput": throughput,
-               "speedup": {name: (round(base / value, 3) if invert else round(value / base, 3)) if base and value else None
-                           for name, value in throughput.items()}}
-        out.append(row)
+        # a rate: reciprocal of the time, so it divides like throughput
+        first_batch = {run["name"]: 1 / run["time_to_first_batch_s"] if run.get("time_to_first_batch_s") else None
+                       for run in case["runs"]}
+        out.append({**case["label"], "throughput": throughput, "speedup": _ratios(throughput, reference, invert),
+                    "first_batch_speedup": _ratios(first_batch, reference, invert)})
     return out
+
+
+def _ratios(rates: dict[str, float | None], reference: str, invert: bool) -> dict[str, float | None]:
+    base = rates.get(reference)
+    return {name: (round(base / value, 3) if invert else round(value / base, 3)) if base and value else None
+            for name, value in rates.items()}
 
 
 def markdown(table: list[dict[str, Any]], reference: str, paper: dict[int, tuple[float, ...]] | None = None,
@@ -25,15 +34,18 @@ def markdown(table: list[dict[str, Any]], reference: str, paper: dict[int, tuple
     if not table:
         return ""
     names = list(table[0]["throughput"])
-    label_keys = [k for k in table[0] if k not in ("throughput", "speedup")]
-    header = [*label_keys, *(f"{n} tok/s" for n in names), *((f"{reference} / {n}" if invert else f"{n} / {reference}") for n in names if n != reference)]
+    label_keys = [k for k in table[0] if k not in _VALUES]
+    others = [n for n in names if n != reference]
+    ratio = [f"{reference} / {n}" if invert else f"{n} / {reference}" for n in others]
+    header = [*label_keys, *(f"{n} tok/s" for n in names), *ratio, *(f"{r} (first batch)" for r in ratio)]
     if paper:
         header.append("paper (Table 1)")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in table:
         cells = [str(row[k]) for k in label_keys]
         cells += [f"{row['throughput'][n]:,.0f}" for n in names]
-        cells += [f"{row['speedup'][n]:.2f}x" if row["speedup"][n] is not None else "-" for n in names if n != reference]
+        for values in ("speedup", "first_batch_speedup"):
+            cells += [f"{row[values][n]:.2f}x" if row[values][n] is not None else "-" for n in others]
         if paper:
             cells.append(" / ".join(f"{v:.2f}" for v in paper.get(row.get("batch"), ())))
         lines.append("| " + " | ".join(cells) + " |")
@@ -47,7 +59,7 @@ def plot(table: list[dict[str, Any]], reference: str, path: Path, title: str) ->
     import matplotlib.pyplot as plt
 
     names = list(table[0]["throughput"])
-    labels = [", ".join(f"{v}" for k, v in row.items() if k not in ("throughput", "speedup")) for row in table]
+    labels = [", ".join(f"{v}" for k, v in row.items() if k not in _VALUES) for row in table]
     width = 0.8 / len(names)
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(table)), 4))
     for i, name in enumerate(names):
