@@ -20,6 +20,16 @@ def prompts(count):
             for row in generate_dataset(count, seed=5)]
 
 
+def one_slot_worker(engine, async_engine, priority_of):
+    """A worker with one generation slot whose trajectories 1 and 2, both on the one engine,
+    have the priorities `priority_of(trajectory_id)` gives: the tests drive turns directly."""
+    coordinator = DataCoordinator(CoordinatorConfig(group_size=1, batch_groups=1), prompts(1))
+    worker = RolloutWorker(coordinator, async_engine, engine.tokenizer, CalculatorEnv, RolloutConfig(), slots=1)
+    worker._priority = lambda trajectory_id, policy=None: priority_of(trajectory_id)
+    worker._engine_of.update({1: 0, 2: 0})
+    return worker
+
+
 @pytest.mark.parametrize("mode", ["priority", "action_level", "trajectory_level"])
 def test_groups_come_out_complete_in_every_mode(tiny_model_dir, mode):
     engine = Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=16384, page_size=1))
@@ -55,7 +65,6 @@ def test_high_preempts_low_and_low_resumes_to_the_same_tokens(tiny_model_dir):
     from venusrl.types import Priority, SamplingParams
 
     engine = Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=16384, page_size=1))
-    coordinator = DataCoordinator(CoordinatorConfig(group_size=1, batch_groups=1), prompts(1))
     low_prompt, high_prompt = list(range(10, 70)), list(range(100, 140))
     long = SamplingParams(max_new_tokens=400, temperature=0, stop_token_ids=(-1,))
     short = SamplingParams(max_new_tokens=8, temperature=0, stop_token_ids=(-1,))
@@ -63,9 +72,7 @@ def test_high_preempts_low_and_low_resumes_to_the_same_tokens(tiny_model_dir):
     async def main():
         async_engine = AsyncEngine(engine)
         try:
-            worker = RolloutWorker(coordinator, async_engine, engine.tokenizer, CalculatorEnv, RolloutConfig(), slots=1)
-            worker._priority = lambda trajectory_id, policy=None: Priority.LOW if trajectory_id == 1 else Priority.HIGH
-            worker._engine_of.update({1: 0, 2: 0})
+            worker = one_slot_worker(engine, async_engine, lambda t: Priority.LOW if t == 1 else Priority.HIGH)
             low = asyncio.create_task(worker._generate(low_prompt, long, "1"))
             await asyncio.sleep(0.2)
             high = await worker._generate(high_prompt, short, "2")
@@ -91,7 +98,6 @@ def test_a_high_holder_the_engine_demoted_gives_its_slot_to_a_high_turn(tiny_mod
     from venusrl.types import Priority, SamplingParams
 
     engine = Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=200, page_size=1))
-    coordinator = DataCoordinator(CoordinatorConfig(group_size=1, batch_groups=1), prompts(1))
     a_prompt, b_prompt = list(range(10, 40)), list(range(100, 250))
     long = SamplingParams(max_new_tokens=160, temperature=0, stop_token_ids=(-1,))
     short = SamplingParams(max_new_tokens=8, temperature=0, stop_token_ids=(-1,))
@@ -99,9 +105,7 @@ def test_a_high_holder_the_engine_demoted_gives_its_slot_to_a_high_turn(tiny_mod
     async def main():
         async_engine = AsyncEngine(engine)
         try:
-            worker = RolloutWorker(coordinator, async_engine, engine.tokenizer, CalculatorEnv, RolloutConfig(), slots=1)
-            worker._priority = lambda trajectory_id, policy=None: Priority.HIGH
-            worker._engine_of.update({1: 0, 2: 0})
+            worker = one_slot_worker(engine, async_engine, lambda t: Priority.HIGH)
             b_first = await worker._generate(b_prompt, short, "2")
             a = asyncio.create_task(worker._generate(a_prompt, long, "1"))
             while not await async_engine.acall(lambda e: e.scheduler.demoted_trajectories()):

@@ -40,7 +40,7 @@ from venusrl.env.base import Environment, Episode, StepResult
 from venusrl.env.calculator import CALCULATE_TOOL, SYSTEM_PROMPT, generate_dataset
 from venusrl.model.tiny import make_tiny_model
 from venusrl.rollout.config import RolloutConfig
-from venusrl.rollout.worker import RolloutWorker
+from venusrl.rollout.worker import RolloutWorker, next_ready
 from venusrl.types import Prompt
 
 
@@ -124,11 +124,7 @@ async def _rollout(model_dir: Path, case: RolloutCase, mode: str, predictor: Bac
     try:
         for version in range(1, case.steps + 1):
             for _ in range(case.batch_groups):
-                getter = asyncio.create_task(ready.get())
-                await asyncio.wait([getter, running], return_when=asyncio.FIRST_COMPLETED)
-                if not getter.done():
-                    getter.cancel()
-                    running.result()  # a crashed worker surfaces here
+                if await next_ready(ready, running) is None:
                     raise RuntimeError("the rollout stopped before every batch was ready")
             batch_done.append(time.perf_counter() - started)
             worker.on_weight_version(version)

@@ -118,11 +118,12 @@ class DecodeRows:
         shrink = capacity > _GROWTH and tokens <= capacity // 4
         if rows <= have_rows and tokens <= capacity and not shrink:
             return
-        new_capacity = capacity
+        target = capacity  # a multiple of _GROWTH already
         if tokens > capacity:
-            new_capacity = -(-max(tokens, 2 * capacity) // _GROWTH) * _GROWTH
+            target = max(tokens, 2 * capacity)
         elif shrink:  # every kept row holds fewer than `tokens` tokens: nothing kept is cut
-            new_capacity = -(-2 * tokens // _GROWTH) * _GROWTH
+            target = 2 * tokens
+        new_capacity = -(-target // _GROWTH) * _GROWTH
         kept = min(capacity, new_capacity)
         for name in ("k", "v"):
             old = getattr(self, name)

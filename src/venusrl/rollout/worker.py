@@ -313,6 +313,19 @@ class RolloutWorker:
             self._grants.setdefault(granted, asyncio.Event()).set()
 
 
+async def next_ready(ready: asyncio.Queue[Group], running: asyncio.Task) -> Group | None:
+    """The next group a worker running as `running` hands to `ready` (its `on_ready`); None
+    once the worker has stopped with nothing left there. A crashed worker raises here."""
+    if ready.empty():
+        getter = asyncio.create_task(ready.get())
+        await asyncio.wait([getter, running], return_when=asyncio.FIRST_COMPLETED)
+        if getter.done():
+            return getter.result()
+        getter.cancel()
+        running.result()
+    return None if ready.empty() else ready.get_nowait()
+
+
 async def create_sandbox(env: Environment, controller: SandboxController | None, group_id: str | None = None) -> AsyncSandbox:
     """One sandbox for one trajectory, from the environment's template; a group's sandboxes
     (same `group_id`) share a node and so its template pages."""

@@ -20,7 +20,7 @@ from venusrl.engine.engine import Engine
 from venusrl.env.registry import environment_factory
 from venusrl.rollout.agent_loop import run_agent_loop
 from venusrl.rollout.generate import engine_generate
-from venusrl.rollout.worker import RolloutWorker, create_sandbox
+from venusrl.rollout.worker import RolloutWorker, create_sandbox, next_ready
 from venusrl.runtime.config import SchedulerPolicy
 from venusrl.sandbox.cluster import LocalCluster
 from venusrl.sandbox.errors import SandboxError
@@ -86,14 +86,7 @@ class RolloutService:
     async def next_group(self) -> Group | None:
         """The next ready group, in the order the coordinator retires them; None once the
         dataset is used up and every group has been handed out."""
-        if self.ready.empty():
-            getter = asyncio.create_task(self.ready.get())
-            await asyncio.wait([getter, self._task], return_when=asyncio.FIRST_COMPLETED)
-            if getter.done():
-                return getter.result()
-            getter.cancel()
-            self._task.result()  # a crashed rollout surfaces here
-        return None if self.ready.empty() else self.ready.get_nowait()
+        return await next_ready(self.ready, self._task)
 
     async def push_weights(self, weights: dict, version: int) -> None:
         """Engines apply the weights at their next iteration boundary (in-flight requests
