@@ -170,6 +170,26 @@ def test_length_prediction_marks_the_shortest_groups_high():
     assert c.policy.high_groups == {0, 1}
 
 
+def test_a_group_waiting_for_slots_does_not_climb_the_ranking_by_waiting():
+    """Group 0 has the most work left and waits (no events) while group 1 takes slow turns:
+    time passes and the measured cost per token grows, yet group 1 stays the critical one."""
+    c = DataCoordinator(config(batch_groups=1, group_size=1, async_factor=2.0), prompts(4))
+    ledger = Ledger(c)
+    waiting, working = ledger.apply(c.start(0.0)).start
+    ledger.apply(c.on_prediction(waiting.id, 0.0, 400.0, 0))
+    ledger.apply(c.on_prediction(working.id, 0.0, 300.0, 0))
+    assert c.policy.high_groups == {working.group_id}
+    seconds_per_token = c.stats.seconds_per_token
+    now, generated = 0.0, 0
+    for _ in range(8):
+        ledger.apply(c.on_turn_start(working.id, now, [1]))
+        now += 5.0  # a 20-token turn that spent most of its time waiting for a slot
+        generated += 20
+        ledger.apply(c.on_turn_end(working.id, now, list(range(20)), [-0.5] * 20, 0, tool_call=False))
+        assert c.policy.high_groups == {working.group_id}, f"after {generated} tokens at t={now}"
+    assert c.stats.seconds_per_token > 2 * seconds_per_token
+
+
 def test_group_key_is_the_max_over_unfinished_trajectories():
     c = DataCoordinator(config(group_size=3), prompts(2))
     assert c.running_groups() == []  # nothing is admitted before start
@@ -178,8 +198,9 @@ def test_group_key_is_the_max_over_unfinished_trajectories():
     rule = LengthPredictionRule()
     for t, rem in zip(group.trajectories, (10.0, 500.0, 20.0), strict=True):
         t.predicted_remaining = rem
-    expected = max(rule.finish_at(t, 0.0, c.stats) for t in group.trajectories)
-    assert rule.group_key(group, 0.0, c.stats) == expected
+    cost = LengthPredictionRule.cost_per_token(c.stats)
+    expected = max(rule.time_to_finish(t, 0.0, c.stats) for t in group.trajectories) / cost
+    assert rule.group_key(group, 0.0, c.stats) == pytest.approx(expected)
     group.trajectories[1].status = TrajectoryStatus.DONE
     assert rule.group_key(group, 0.0, c.stats) < expected
 
@@ -190,10 +211,10 @@ def test_in_tool_trajectory_resumes_after_the_expected_tool_time():
     t = c.running_groups()[0].trajectories[0]
     t.predicted_remaining = 0.0
     rule = LengthPredictionRule()
-    assert rule.finish_at(t, 0.0, c.stats) == 0.0
+    assert rule.time_to_finish(t, 0.0, c.stats) == 0.0
     t.status = TrajectoryStatus.IN_TOOL
     t.tool_started_at = 0.0
-    assert rule.finish_at(t, 4.0, c.stats) == pytest.approx(10.0)
+    assert rule.time_to_finish(t, 4.0, c.stats) == pytest.approx(6.0)
 
 
 def test_action_level_marks_nothing_high_and_oracle_needs_true_lengths():

@@ -2,8 +2,9 @@
 
 A rule gives each unfinished group a key (ascending: more urgent) and says how many of the
 first groups to mark HIGH. The coordinator keeps groups sorted by key, re-keying a group only
-when one of its trajectories has an event. Keys are absolute times or sequence numbers, never
-durations from `now`, so an untouched group's key stays valid as time passes.
+when one of its trajectories has an event, so a key must stay valid while its group is
+untouched: a sequence number, or remaining work (never an absolute time, which a waiting
+group would keep while the others' moved on).
 
 To add a rule: subclass `PriorityRule`, give it a `name`, register it in `RULES`.
 """
@@ -48,30 +49,46 @@ class LengthPredictionRule(PriorityRule):
     """The paper's rule (§4.2): rank groups by predicted time to completion.
 
         T_complete(g) = max over unfinished r in g of
-                        predicted_remaining_tokens(r) * seconds_per_token
+                        resume_in(r)
+                        + predicted_remaining_tokens(r) * seconds_per_token
                         + expected_tool_seconds(r)
 
-    expected_tool_seconds(r) = what is left of a running tool call
-                               + predicted_remaining_turns(r) * tool_seconds,
+    resume_in(r) = what is left of a running tool call,
+    expected_tool_seconds(r) = predicted_remaining_turns(r) * tool_seconds,
     predicted_remaining_turns(r) = predicted_remaining_tokens(r) / tokens_per_turn.
 
-    The key is `now + T_complete(g)`, an absolute predicted completion time.
+    The key is T_complete(g) / cost_per_token: the time to completion in units of the
+    current cost of one remaining token (seconds_per_token + tool_seconds / tokens_per_turn).
+    A group is re-keyed only when one of its trajectories has an event, so its key must stay
+    comparable with keys computed later. An absolute time `now + T_complete` does not: a
+    group waiting for a slot keeps an early finish time while the others' move on, and so
+    climbs the ranking by waiting (priority inversion toward long groups). Nor does a plain
+    T_complete: the cost estimates drift as turns are measured (under contention a turn's
+    time includes its wait for a slot), and an untouched group would keep the old, lower cost.
+    Divided by cost_per_token, only the running tool call (at most one turn's worth) depends
+    on the estimates.
     """
 
     name = "length_prediction"
 
     def group_key(self, group: Group, now: float, stats: RunningStats) -> float:
-        finish = [self.finish_at(t, now, stats) for t in group.trajectories if not t.finished]
-        return max(finish) if finish else now
+        cost = self.cost_per_token(stats)
+        return max((self.time_to_finish(t, now, stats) / cost for t in group.trajectories if not t.finished),
+                   default=0.0)
 
-    def finish_at(self, trajectory: Trajectory, now: float, stats: RunningStats) -> float:
+    @staticmethod
+    def cost_per_token(stats: RunningStats) -> float:
+        return stats.seconds_per_token + stats.tool_seconds / stats.tokens_per_turn
+
+    def time_to_finish(self, trajectory: Trajectory, now: float, stats: RunningStats) -> float:
+        """T_complete of one trajectory, in seconds from `now`."""
         remaining_tokens = self.remaining_tokens(trajectory, stats)
         remaining_turns = remaining_tokens / stats.tokens_per_turn
-        resume_at = now
+        resume_in = 0.0
         if trajectory.status is TrajectoryStatus.IN_TOOL and trajectory.tool_started_at is not None:
-            resume_at = max(now, trajectory.tool_started_at + stats.tool_seconds)
+            resume_in = max(0.0, trajectory.tool_started_at + stats.tool_seconds - now)
         return (
-            resume_at
+            resume_in
             + remaining_tokens * stats.seconds_per_token
             + remaining_turns * stats.tool_seconds
         )
