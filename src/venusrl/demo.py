@@ -3,17 +3,19 @@
 1. Build a tiny Qwen3-architecture model (random weights, byte-level tokenizer) and check
    our forward pass against transformers on it.
 2. Warm-start it with SFT on generated calculator demonstrations (tool call per operation,
-   then 'Answer: N'), so it knows the format and sometimes gets the numbers right.
+   then the tool's result as the answer), a `sft_ungraded_fraction` of which end in a form
+   the grader does not take ("The result is N." for "Answer: N").
 3. Train it with GRPO through multi-turn tool use with `venusrl train`'s loop: streaming
    trainer, rollout engine, coordinator and the configured scheduler.
 4. Report held-out accuracy (greedy) before and after RL, and the wall time, in
-   RUN_DIR/summary.json.
+   RUN_DIR/summary.json. What RL has to learn from the reward is the graded form.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import random
 import time
 from pathlib import Path
 
@@ -21,7 +23,7 @@ import torch
 from rich.console import Console
 
 from venusrl.config import Config
-from venusrl.env.calculator import CALCULATE_TOOL, demonstration, generate_dataset
+from venusrl.env.calculator import CALCULATE_TOOL, GRADED_ANSWER, demonstration, generate_dataset
 from venusrl.model.chat import load_tokenizer
 from venusrl.model.checkpoint import load_model
 from venusrl.model.tiny import make_tiny_model
@@ -29,6 +31,7 @@ from venusrl.runtime.cli import run_training
 from venusrl.trainer.sft import sft_examples, train_sft
 
 log = logging.getLogger(__name__)
+UNGRADED_ANSWER = "The result is {}."  # right number, but not the form the grader reads
 
 
 def run_demo(config: Config, progress: bool = True) -> dict:
@@ -44,7 +47,8 @@ def run_demo(config: Config, progress: bool = True) -> dict:
                   f"max |logit difference| vs transformers {max_diff:.1e}")
 
     rows = generate_dataset(demo.sft_examples, seed=demo.sft_seed, **config.data.generate_options)
-    examples = sft_examples(load_tokenizer(base_dir), [demonstration(row) for row in rows], [CALCULATE_TOOL])
+    conversations = demonstrations(rows, demo.sft_ungraded_fraction, demo.sft_seed)
+    examples = sft_examples(load_tokenizer(base_dir), conversations, [CALCULATE_TOOL])
     sft = train_sft(base_dir, sft_dir, examples, epochs=demo.sft_epochs, lr=demo.sft_learning_rate,
                     batch_size=demo.sft_batch_size, seed=config.run.seed, progress=progress)
     console.print(f"[bold]sft[/] {len(examples)} demonstrations x {demo.sft_epochs} epochs in {sft['seconds']:.0f}s, "
@@ -60,6 +64,15 @@ def run_demo(config: Config, progress: bool = True) -> dict:
                   f"{summary['accuracy_after']:.3f} ({summary['steps']} GRPO steps, {config.scheduler.policy} "
                   f"scheduler); whole demo {summary['wall_s']:.0f}s; run directory {run_dir}")
     return summary
+
+
+def demonstrations(rows: list[dict], ungraded_fraction: float, seed: int) -> list[list[dict]]:
+    """One demonstration per row; `ungraded_fraction` of them (at random) end in the ungraded
+    form, as if from an annotator who did not follow the system prompt."""
+    ungraded = round(ungraded_fraction * len(rows))
+    forms = [UNGRADED_ANSWER] * ungraded + [GRADED_ANSWER] * (len(rows) - ungraded)
+    random.Random(seed).shuffle(forms)
+    return [demonstration(row, form) for row, form in zip(rows, forms, strict=True)]
 
 
 @torch.no_grad()

@@ -20,3 +20,6 @@ class DemoConfig(Section):
     sft_learning_rate: float = Field(3e-3, gt=0)
     sft_batch_size: int = Field(4, ge=1)
     sft_seed: int = Field(100, description="seed of the demonstrations' problems (apart from train and held-out)")
+    sft_ungraded_fraction: float = Field(
+        0.0, ge=0.0, le=1.0,
+        description="demonstrations that end 'The result is N.', a form the grader does not accept (RL learns the graded one)")

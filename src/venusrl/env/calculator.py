@@ -108,10 +108,14 @@ def opening_messages(row: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": row["question"]}]
 
 
-def demonstration(row: dict[str, Any]) -> list[dict[str, Any]]:
+GRADED_ANSWER = "Answer: {}"  # the form the system prompt asks for and `final_answer_matches` reads
+
+
+def demonstration(row: dict[str, Any], answer_form: str = GRADED_ANSWER) -> list[dict[str, Any]]:
     """The chat a perfect agent has for a `generate_dataset` row: the opening messages, one
     assistant turn per operation in evaluation order (each a single `calculate` call on the
-    previous results, as the agent loop records it), the tool results, then 'Answer: N'."""
+    previous results, as the agent loop records it), the tool results, then the result in
+    `answer_form` ('Answer: N' unless told otherwise)."""
     CalculatorEnv().check_row(row)
     expression = row["question"].removeprefix("Compute ").removesuffix(".")
     try:
@@ -135,7 +139,7 @@ def demonstration(row: dict[str, Any]) -> list[dict[str, Any]]:
         messages.append({"role": "tool", "tool_call_id": call_id, "content": result})
         return result
 
-    messages.append({"role": "assistant", "content": f"Answer: {solve(tree)}"})
+    messages.append({"role": "assistant", "content": answer_form.format(solve(tree))})
     return messages
 
 
