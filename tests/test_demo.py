@@ -5,7 +5,9 @@ import json
 from pathlib import Path
 
 from venusrl.config import load_config
-from venusrl.demo import run_demo
+from venusrl.demo import UNGRADED_ANSWER, demonstrations, run_demo
+from venusrl.env.base import Episode
+from venusrl.env.calculator import CalculatorEnv, demonstration, generate_dataset
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "demo.yaml"
 
@@ -23,3 +25,22 @@ def test_demo_config_runs_end_to_end_small(tmp_path):
     run_dir = Path(summary["run_dir"])
     assert json.loads((run_dir / "summary.json").read_text()) == summary
     assert (tmp_path / "sft" / "model.safetensors").exists()
+
+
+def test_the_grader_takes_the_graded_answer_form_only():
+    """The demo's SFT data mixes both forms; RL has to learn the graded one from reward."""
+    env = CalculatorEnv()
+    for row in generate_dataset(20, seed=3):
+        graded, ungraded = demonstration(row), demonstration(row, UNGRADED_ANSWER)
+        assert graded[:-1] == ungraded[:-1]
+        assert ungraded[-1]["content"] == f"The result is {row['answer']}."
+        assert env.reward(Episode(row, graded, "done")) == 1.0
+        assert env.reward(Episode(row, ungraded, "done")) == 0.0
+
+
+def test_demo_demonstrations_end_ungraded_in_the_given_fraction():
+    rows = generate_dataset(40, seed=4)
+    endings = [c[-1]["content"] for c in demonstrations(rows, 0.25, seed=1)]
+    assert sum(e.startswith("The result is") for e in endings) == 10
+    assert sum(e.startswith("Answer: ") for e in endings) == 30
+    assert demonstrations(rows, 0.25, seed=1) == demonstrations(rows, 0.25, seed=1)

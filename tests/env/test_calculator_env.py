@@ -5,9 +5,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from venusrl.demo import UNGRADED_ANSWER, demonstrations
 from venusrl.env.base import DatasetRowError, Episode
-from venusrl.env.calculator import CalculatorEnv, calculate, demonstration, generate_dataset
+from venusrl.env.calculator import CalculatorEnv, calculate, generate_dataset
 from venusrl.env.registry import environment_factory, load_object
 
 
@@ -60,22 +59,3 @@ def test_registry_by_name_and_dotted_path():
         load_object("venusrl.env.calculator:Missing")
     with pytest.raises(ValueError, match="not a venusrl.env.base.Environment subclass"):
         environment_factory("venusrl.env.calculator:calculate")
-
-
-def test_the_grader_takes_the_graded_answer_form_only():
-    """The demo's SFT data mixes both forms; RL has to learn the graded one from reward."""
-    env = CalculatorEnv()
-    for row in generate_dataset(20, seed=3):
-        graded, ungraded = demonstration(row), demonstration(row, UNGRADED_ANSWER)
-        assert graded[:-1] == ungraded[:-1]
-        assert ungraded[-1]["content"] == f"The result is {row['answer']}."
-        assert env.reward(Episode(row, graded, "done")) == 1.0
-        assert env.reward(Episode(row, ungraded, "done")) == 0.0
-
-
-def test_demo_demonstrations_end_ungraded_in_the_given_fraction():
-    rows = generate_dataset(40, seed=4)
-    endings = [c[-1]["content"] for c in demonstrations(rows, 0.25, seed=1)]
-    assert sum(e.startswith("The result is") for e in endings) == 10
-    assert sum(e.startswith("Answer: ") for e in endings) == 30
-    assert demonstrations(rows, 0.25, seed=1) == demonstrations(rows, 0.25, seed=1)
