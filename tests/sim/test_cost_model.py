@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from venusrl.sim.cost_model import QWEN3_4B, QWEN3_32B, GpuSpec, StepSample, fit, preset
 from venusrl.sim.predictor import NoisyLengthPredictor, log_spread
@@ -53,3 +55,11 @@ def test_the_predictor_has_the_rank_correlation_asked_for():
     assert abs(rho - 0.8) < 0.05
     exact = NoisyLengthPredictor(1.0, 1.0)
     assert exact.predict(1234) == pytest.approx(1234)
+
+
+@settings(max_examples=50, deadline=None)
+@given(truth=st.floats(0, 1e6), spearman=st.floats(0.05, 1.0), spread=st.floats(0.1, 3.0), seed=st.integers(0, 99))
+def test_predictions_are_never_negative(truth, spearman, spread, seed):
+    """The coordinator rejects a negative remaining length; noise on a short one must not make it."""
+    predictor = NoisyLengthPredictor(spearman, spread, seed=seed)
+    assert all(predictor.predict(truth) >= 0 for _ in range(20))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tests.sim.sim_helpers import small_spec
+from tests.sim.sim_helpers import SMALL_WORKLOAD, small_spec
 
 from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.sim import run
@@ -45,3 +45,12 @@ def test_the_same_seed_gives_the_same_run():
     first, second = run.simulate(small_spec("venus")), run.simulate(small_spec("venus"))
     assert first.step_times == second.step_times
     assert first.engine == second.engine
+
+
+def test_a_prompt_prefix_every_prompt_shares_is_computed_once_per_engine():
+    prompts = {"prompt_tokens_median": 1500, "prompt_tokens_sigma": 0.0}  # long prompts, all the same length
+    own = run.simulate(small_spec("venus", steps=1, workload=SMALL_WORKLOAD.model_copy(update=prompts)))
+    shared = run.simulate(small_spec("venus", steps=1, workload=SMALL_WORKLOAD.model_copy(
+        update={**prompts, "shared_prompt_tokens": 1500})))  # the whole prompt is the dataset's shared prefix
+    assert shared.engine["hit_rate"] > own.engine["hit_rate"]
+    assert shared.engine["prefill_tokens"] < own.engine["prefill_tokens"] / 2

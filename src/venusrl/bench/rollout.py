@@ -50,6 +50,7 @@ from venusrl.env.calculator import CALCULATE_TOOL, SYSTEM_PROMPT, generate_datas
 from venusrl.model.tiny import make_tiny_model
 from venusrl.rollout.config import RolloutConfig
 from venusrl.rollout.worker import RolloutWorker, next_ready
+from venusrl.sim.workload import recorded_trace
 from venusrl.types import Prompt
 
 
@@ -115,10 +116,11 @@ def _prompts(case: RolloutCase, count: int, seed: int | None = None) -> list[Pro
 
 
 async def _rollout(model_dir: Path, case: RolloutCase, mode: str, predictor: BackgroundPredictor | None = None,
-                   seed: int | None = None) -> dict[str, float]:
+                   seed: int | None = None, trace: bool = False) -> dict[str, Any]:
     """Roll out `case.steps` batches of B groups as a run does: each time B groups are ready an
     (instant) trainer takes them and steps the weight version, which retires them and refills
-    the window. Time to the first batch, and groups per minute over the later ones."""
+    the window. Time to the first batch, and groups per minute over the later ones; with
+    `trace`, every turn of the round as simulator trace rows (`venusrl.sim.workload`)."""
     engines = [Engine.from_pretrained(model_dir, EngineConfig(kv_capacity_tokens=case.kv_tokens_per_engine, page_size=1))
                for _ in range(case.engines)]
     async_engines = [AsyncEngine(e) for e in engines]
@@ -135,12 +137,14 @@ async def _rollout(model_dir: Path, case: RolloutCase, mode: str, predictor: Bac
     stop = asyncio.Event()
     started = time.perf_counter()
     running = asyncio.create_task(worker.run(stop=stop))
-    batch_done = []
+    batch_done, taken = [], []
     try:
         for version in range(1, case.steps + 1):
             for _ in range(case.batch_groups):
-                if await next_ready(ready, running) is None:
+                group = await next_ready(ready, running)
+                if group is None:
                     raise RuntimeError("the rollout stopped before every batch was ready")
+                taken.append(group)
             batch_done.append(time.perf_counter() - started)
             worker.on_weight_version(version)
     finally:
@@ -150,7 +154,7 @@ async def _rollout(model_dir: Path, case: RolloutCase, mode: str, predictor: Bac
             await e.shutdown()
     stats = [e.stats() for e in engines]
     window_s = batch_done[-1] - batch_done[0]
-    return {
+    result = {
         "time_to_batch_s": batch_done[0],
         "batch_done_s": batch_done,
         "groups_per_minute": case.batch_groups * (case.steps - 1) / window_s * 60,
@@ -160,6 +164,10 @@ async def _rollout(model_dir: Path, case: RolloutCase, mode: str, predictor: Bac
         "recomputed_tokens": sum(s["recomputed_tokens"] for s in stats),
         "evicted_tokens": sum(sum(s["evicted_tokens"].values()) for s in stats),
     }
+    if trace:  # every group the round admitted, each once (a taken group may still be untrained)
+        groups = {g.id: g for g in [*taken, *coordinator.untrained_groups(), *coordinator.running_groups()]}
+        result["trace"] = recorded_trace(groups.values())
+    return result
 
 
 MODES = {"trajectory_level": "trajectory_level", "action_level": "action_level", "venus": "priority"}
@@ -173,7 +181,9 @@ FULL = RolloutCase(batch_groups=8, group_size=4, async_factor=1.5, engines=2, sl
                    repeats=3)
 
 
-def run(quick: bool) -> dict[str, Any]:
+def run(quick: bool, trace: bool = False) -> dict[str, Any]:
+    """Every mode's rounds; with `trace`, each round carries its turns as simulator trace
+    rows (the validation replays them)."""
     case = QUICK if quick else FULL
     torch.set_num_threads(1)  # one core per engine thread
     result: dict[str, Any] = {"case": asdict(case), "tool_latency": f"exponential, mean {case.tool_latency_mean_s}s"}
@@ -194,7 +204,7 @@ def run(quick: bool) -> dict[str, Any]:
             for name, mode in MODES.items():
                 predictor = BackgroundPredictor(make_predictor(trained)) if mode == "priority" else None
                 try:
-                    rounds[name].append(asyncio.run(_rollout(model_dir, case, mode, predictor, seed=case.seed + repeat)))
+                    rounds[name].append(asyncio.run(_rollout(model_dir, case, mode, predictor, case.seed + repeat, trace)))
                 finally:
                     if predictor is not None:
                         predictor.close()

@@ -21,7 +21,7 @@ from venusrl.engine.batch import Batch
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.request import PartialOutput
 from venusrl.engine.scheduler import Scheduler
-from venusrl.sim.cost_model import CostModel
+from venusrl.sim.cost_model import CostModel, batch_shape
 from venusrl.sim.events import EventLoop
 from venusrl.types import Priority, SamplingParams
 
@@ -149,18 +149,13 @@ class SimEngine:
         return stall
 
     def _seconds(self, batch: Batch) -> float:
-        prefill = reload = 0
-        contexts: list[int] = []
-        requests = self.scheduler.requests
-        for item in batch.items:
-            count = len(item.token_ids)
-            if item.sample:
-                contexts.append(item.positions[-1])
-            if count > 1 or not item.sample:
-                prefill += count
-                if self.host_tier:
-                    request = requests[item.request_id]
-                    done = self._computed.get(request.trajectory_key, 0)
+        prefill, contexts = batch_shape(batch.items)
+        reload = 0
+        if self.host_tier:
+            requests = self.scheduler.requests
+            for item in batch.items:
+                if len(item.token_ids) > 1 or not item.sample:
+                    done = self._computed.get(requests[item.request_id].trajectory_key, 0)
                     reload += max(0, min(done, item.positions[-1] + 1) - item.positions[0])
         self.totals.prefill_units += prefill
         self.totals.reload_units += reload

@@ -31,8 +31,9 @@ class NoisyLengthPredictor:
         self._rng = random.Random(self.seed)
 
     def predict(self, true_remaining: float) -> float:
+        """>= 0: noise on log(1 + length) can take a short remainder below zero."""
         noise = self._rng.gauss(0.0, self._noise_sigma) if self._noise_sigma else 0.0
-        return math.expm1(math.log1p(max(0.0, true_remaining)) + noise)
+        return max(0.0, math.expm1(math.log1p(max(0.0, true_remaining)) + noise))
 
 
 def log_spread(lengths: list[int]) -> float:

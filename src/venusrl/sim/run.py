@@ -147,12 +147,15 @@ def simulate(spec: SimSpec, progress: Callable[[float, int], None] | None = None
         trainer.add_group(q * sum(len(t.token_ids) for t in group.trajectories))
 
     group_prompts: dict[int, list[int]] = {}
+    shared_ids: list[int] = []  # the prefix every prompt shares, as long as the longest sharer needs
 
     def prompt_ids_of(trajectory: Trajectory) -> list[int]:
         index = trajectory.prompt.metadata["index"]
         if index not in group_prompts:
-            units = max(1, round(workload.prompt_tokens(index) / q))
-            group_prompts[index] = [next(token_ids) for _ in range(units)]
+            tokens, shared_tokens = workload.prompt_tokens(index)
+            units, shared = max(1, round(tokens / q)), round(shared_tokens / q)
+            shared_ids.extend(next(token_ids) for _ in range(shared - len(shared_ids)))
+            group_prompts[index] = shared_ids[:shared] + [next(token_ids) for _ in range(units - shared)]
         return group_prompts[index]
 
     predictor = None

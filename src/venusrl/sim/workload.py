@@ -13,13 +13,16 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import Field
 
 from venusrl.schema import Section
+from venusrl.types import Group
 
 
 class WorkloadConfig(Section):
@@ -37,6 +40,8 @@ class WorkloadConfig(Section):
     obs_tokens_sigma: float = Field(1.0, ge=0)
     prompt_tokens_median: float = Field(3000.0, gt=0)
     prompt_tokens_sigma: float = Field(0.3, ge=0)
+    shared_prompt_tokens: int = Field(
+        0, ge=0, description="leading prompt tokens every prompt shares (system prompt, tool schemas); part of prompt_tokens")
     max_total_tokens: int = Field(131072, ge=16, description="prompt + every turn and observation")
     tool_seconds_median: float = Field(3.0, ge=0)
     tool_seconds_sigma: float = Field(1.0, ge=0)
@@ -54,6 +59,7 @@ class TurnPlan:
 class TrajectoryPlan:
     prompt_tokens: int
     turns: tuple[TurnPlan, ...]
+    shared_prompt_tokens: int = 0  # the first of prompt_tokens, the same in every prompt
 
     @property
     def gen_tokens(self) -> int:
@@ -80,8 +86,10 @@ class Workload:
     def group_size(self) -> int:
         return len(self._trace[0]) if self._trace else self.config.group_size
 
-    def prompt_tokens(self, prompt: int) -> int:
-        return self.plan(prompt, 0, 0).prompt_tokens
+    def prompt_tokens(self, prompt: int) -> tuple[int, int]:
+        """(tokens of the prompt, how many of its first tokens every prompt shares)."""
+        plan = self.plan(prompt, 0, 0)
+        return plan.prompt_tokens, plan.shared_prompt_tokens
 
     def difficulty(self, prompt: int) -> float:
         if prompt not in self._difficulty:
@@ -121,7 +129,8 @@ class Workload:
                 break
         if turns and turns[-1].obs_tokens:  # the cap cut the trajectory after a tool call
             turns[-1] = TurnPlan(turns[-1].gen_tokens, 0, 0.0)
-        return TrajectoryPlan(prompt_tokens, tuple(turns) or (TurnPlan(1, 0, 0.0),))
+        return TrajectoryPlan(prompt_tokens, tuple(turns) or (TurnPlan(1, 0, 0.0),),
+                              min(prompt_tokens, c.shared_prompt_tokens))
 
 
 def _between(easy: float, hard: float, d: float) -> float:
@@ -135,7 +144,8 @@ def _lognormal(rng: random.Random, median: float, sigma: float) -> float:
 
 def read_trace(path: str | Path) -> list[list[TrajectoryPlan]]:
     """Groups of plans from a JSONL trace: rows {"prompt", "index", "turn", "prompt_tokens",
-    "gen_tokens", "obs_tokens", "tool_seconds"}; turns of one (prompt, index) in turn order."""
+    "gen_tokens", "obs_tokens", "tool_seconds", "shared_prompt_tokens"} (the last three
+    optional); turns of one (prompt, index) in turn order."""
     rows: dict[str, dict[int, list[dict]]] = {}
     for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
         if not line.strip():
@@ -156,9 +166,33 @@ def read_trace(path: str | Path) -> list[list[TrajectoryPlan]]:
                           for t in turns)
             last = plans[-1]  # a final tool call (the environment ending it) keeps its time
             plans = (*plans[:-1], TurnPlan(last.gen_tokens, 0, last.tool_seconds))
-            group.append(TrajectoryPlan(int(turns[0]["prompt_tokens"]), plans))
+            prompt_tokens = int(turns[0]["prompt_tokens"])
+            shared = min(prompt_tokens, int(turns[0].get("shared_prompt_tokens", 0)))
+            group.append(TrajectoryPlan(prompt_tokens, plans, shared))
         groups.append(group)
     return groups
+
+
+def recorded_trace(groups: Iterable[Group]) -> list[dict[str, Any]]:
+    """A run's turns as trace rows (`read_trace`'s format), in the groups' admission order:
+    each trajectory's current attempt, as far as it got. `shared_prompt_tokens` is the
+    prefix every recorded prompt shares (the system prompt and tool schemas of a dataset)."""
+    trajectories = [(group, t) for group in sorted(groups, key=lambda g: g.seq) for t in group.trajectories if t.turns]
+    prompts = [t.token_ids[: t.turns[0].context_tokens] for _, t in trajectories]
+    shared = min((common_prefix_length(prompts[0], other) for other in prompts), default=0)
+    rows = []
+    for (group, t), prompt in zip(trajectories, prompts, strict=True):
+        for number, turn in enumerate(t.turns):
+            following = t.turns[number + 1].context_tokens if number + 1 < len(t.turns) else 0
+            rows.append({"prompt": group.prompt.id, "index": t.index, "turn": number, "prompt_tokens": len(prompt),
+                         "shared_prompt_tokens": shared, "gen_tokens": turn.generated_tokens,
+                         "obs_tokens": following, "tool_seconds": turn.tool_seconds or 0.0})
+    return rows
+
+
+def common_prefix_length(a: list[int], b: list[int]) -> int:
+    """How many leading tokens `a` and `b` share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 def coarsened(config: WorkloadConfig, factor: float) -> WorkloadConfig:
