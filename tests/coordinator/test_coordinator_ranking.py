@@ -36,3 +36,12 @@ def test_critical_set_matches_brute_force(ops):
             published = ranking.critical()
             assert published == expected
             assert not ranking.changed
+
+
+def test_the_ranking_gives_each_groups_current_key():
+    ranking = GroupRanking()
+    ranking.upsert(1, 5.0, seq=1)
+    ranking.upsert(1, 3.0, seq=1)
+    assert ranking.key(1) == 3.0 and ranking.key(2) is None
+    ranking.remove(1)
+    assert ranking.key(1) is None

@@ -63,3 +63,13 @@ def test_invariants(capacity, mode, steps):
         if mode == "priority" and action == "request" and priority < L and t in slots.waiting:
             # an urgent request waits only when no LOW holds a slot it could take
             assert all(slots.priorities.get(h) != L for h in slots.holders)
+
+
+def test_critical_order_ranks_high_waiters_before_their_arrival_and_leaves_low_alone():
+    order = {"long": -30.0, "short": -5.0, "low-late": -99.0, "low-early": 0.0}
+    slots = SlotScheduler(1, critical_order=order.__getitem__)
+    slots.request("holder", H)
+    for name, priority in (("short", H), ("low-early", L), ("long", H), ("low-late", L)):
+        assert slots.request(name, priority) == (False, None)
+    granted = [slots.release(holder, finished=True)[0] for holder in ("holder", "long", "short", "low-early")]
+    assert granted == ["long", "short", "low-early", "low-late"]  # LOW stays in arrival order

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from tests.sim.sim_helpers import SMALL_WORKLOAD, small_spec
 
@@ -10,8 +12,8 @@ from venusrl.sim import run
 from venusrl.sim.systems import SYSTEMS
 
 
-@pytest.mark.parametrize("name", sorted(SYSTEMS))
-def test_every_trajectory_ends_exactly_once_and_the_engines_stay_consistent(monkeypatch, name):
+@pytest.mark.parametrize(("name", "policy"), [*((name, None) for name in sorted(SYSTEMS)), ("venus", "critical_path")])
+def test_every_trajectory_ends_exactly_once_and_the_engines_stay_consistent(monkeypatch, name, policy):
     done: list[int] = []
     original = DataCoordinator.on_trajectory_done
 
@@ -28,7 +30,7 @@ def test_every_trajectory_ends_exactly_once_and_the_engines_stay_consistent(monk
         return original_result(spec, loop, engines, worker, coordinator, trainer, first, wall)
 
     monkeypatch.setattr(run, "_result", keep)
-    result = run.simulate(small_spec(name))
+    result = run.simulate(small_spec(name, policy))
 
     worker, coordinator = built["worker"], built["coordinator"]
     assert result.steps == 3
@@ -54,3 +56,13 @@ def test_a_prompt_prefix_every_prompt_shares_is_computed_once_per_engine():
         update={**prompts, "shared_prompt_tokens": 1500})))  # the whole prompt is the dataset's shared prefix
     assert shared.engine["hit_rate"] > own.engine["hit_rate"]
     assert shared.engine["prefill_tokens"] < own.engine["prefill_tokens"] / 2
+
+
+def test_tokens_reloaded_from_the_host_tier_are_hits_not_recomputation():
+    spec = small_spec("rollflash")
+    with_host = run.simulate(spec).engine
+    without = run.simulate(replace(spec, system=replace(spec.system, host_tier=False))).engine
+    assert with_host["reloaded_tokens"] > 0 and without["reloaded_tokens"] == 0
+    assert without["recomputed_tokens"] > 0  # the small pool evicts
+    assert with_host["recomputed_tokens"] < without["recomputed_tokens"]
+    assert with_host["hit_rate"] > without["hit_rate"]

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from venusrl.schema import Section
 
-PolicyName = Literal["fcfs", "action_level", "length_prediction", "oracle"]
+PolicyName = Literal["fcfs", "action_level", "length_prediction", "critical_path", "oracle"]
 PredictorName = Literal["group_history", "learned", "lm"]
 
 

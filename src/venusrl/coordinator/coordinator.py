@@ -150,6 +150,16 @@ class DataCoordinator:
     def running_groups(self) -> list[Group]:
         return list(self._running.values())
 
+    def critical_order(self, trajectory_id: int) -> float:
+        """Where a HIGH trajectory's turn goes among the HIGH waiters for a slot (ascending,
+        before arrival order): minus its group's key under a rule that serves the critical
+        set longest-first, else 0 (arrival order alone)."""
+        if not self.rule.longest_critical_first:
+            return 0.0
+        t = self._live.get(trajectory_id)
+        key = None if t is None else self._ranking.key(t.group_id)
+        return 0.0 if key is None else -key
+
     def ranked_group_ids(self) -> list[int]:
         """Unfinished groups, most urgent first."""
         return self._ranking.order()

@@ -23,6 +23,9 @@ class PriorityRule:
     """Base rule: groups in arrival order, the first B - R of them HIGH (this is FCFS)."""
 
     name: ClassVar[str] = "fcfs"
+    # Whether slots inside the HIGH set go to the group with the largest key first (see
+    # CriticalPathRule) instead of in arrival order.
+    longest_critical_first: ClassVar[bool] = False
 
     def critical_count(self, needed: int, ready: int) -> int:
         """needed = B groups per step, ready = R groups done and waiting for that step."""
@@ -102,6 +105,21 @@ class LengthPredictionRule(PriorityRule):
         return max(stats.total_tokens - trajectory.generated_tokens, stats.tokens_per_turn)
 
 
+class CriticalPathRule(LengthPredictionRule):
+    """Beyond the paper: the same critical set, served longest-first inside.
+
+    T_next, the time B groups are ready, is the finish time of the slowest critical group.
+    When the critical trajectories outnumber the generation slots, granting slots in arrival
+    order spreads them evenly, so the critical group with the most work left starts its last
+    turns last and finishes at the end of the batch. Serving the critical group with the
+    largest key first (longest processing time first, the makespan heuristic) starts that
+    path early and fills the end of the batch with the shorter groups. LOW work is untouched.
+    """
+
+    name = "critical_path"
+    longest_critical_first = True
+
+
 class OracleRule(LengthPredictionRule):
     """The paper's rule with true remaining lengths (the simulator knows them)."""
 
@@ -116,7 +134,7 @@ class OracleRule(LengthPredictionRule):
 
 RULES: dict[str, type[PriorityRule]] = {
     rule.name: rule
-    for rule in (FcfsRule, ActionLevelRule, LengthPredictionRule, OracleRule)
+    for rule in (FcfsRule, ActionLevelRule, LengthPredictionRule, CriticalPathRule, OracleRule)
 }
 
 

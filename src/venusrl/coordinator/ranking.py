@@ -34,6 +34,10 @@ class GroupRanking:
         self._removed.clear()
         return frozenset(self._high)
 
+    def key(self, group_id: int) -> float | None:
+        entry = self._entry_of.get(group_id)
+        return None if entry is None else entry[0]
+
     def order(self) -> list[int]:
         return [entry[2] for entry in self._entries]
 

@@ -3,9 +3,10 @@ engine; the rollout worker turns its decisions into waits and aborts.
 
 Modes:
 - `priority` (venusrl): a trajectory holds a slot only while it generates; waiting ones are
-  granted in priority order (PROMOTED, HIGH, LOW; arrival order inside), so LOW work takes a
-  slot only when no more urgent work wants it; a PROMOTED/HIGH request that finds every slot
-  taken preempts the most recently granted LOW holder.
+  granted in priority order (PROMOTED, HIGH, LOW; arrival order inside, after the caller's
+  `critical_order` for HIGH waiters when given), so LOW work takes a slot only when no more
+  urgent work wants it; a PROMOTED/HIGH request that finds every slot taken preempts the most
+  recently granted LOW holder.
 - `action_level` (ROLL Flash): slots per action, first come first served, no preemption.
 - `trajectory_level` (slime): a trajectory keeps its slot through its tool calls until it ends.
 """
@@ -13,7 +14,7 @@ Modes:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -26,6 +27,8 @@ SlotMode = Literal["priority", "action_level", "trajectory_level"]
 class SlotScheduler:
     slots: int
     mode: SlotMode = "priority"
+    # priority mode: orders HIGH waiters before their arrival (ascending), read at grant time
+    critical_order: Callable[[Hashable], float] | None = None
     holders: dict[Hashable, int] = field(default_factory=dict)  # trajectory -> grant order
     priorities: dict[Hashable, Priority] = field(default_factory=dict)
     waiting: dict[Hashable, int] = field(default_factory=dict)  # trajectory -> arrival order
@@ -77,9 +80,10 @@ class SlotScheduler:
     def _grant(self, trajectory: Hashable) -> None:
         self.holders[trajectory] = next(self._order)
 
-    def _rank(self, trajectory: Hashable) -> tuple[int, int]:
+    def _rank(self, trajectory: Hashable) -> tuple[int, float, int]:
         priority = self.priorities[trajectory] if self.mode == "priority" else Priority.LOW
-        return priority, self.waiting[trajectory]
+        ordered = priority == Priority.HIGH and self.critical_order is not None
+        return priority, self.critical_order(trajectory) if ordered else 0.0, self.waiting[trajectory]
 
     def _preemptible(self) -> Hashable | None:
         low = [t for t in self.holders if self.priorities.get(t) == Priority.LOW]

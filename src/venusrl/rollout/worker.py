@@ -71,7 +71,7 @@ class RolloutWorker:
         self.engines = engines if isinstance(engines, list) else [engines]
         self.env_factory, self.config, self.clock = env_factory, config, clock
         self.mode = mode
-        self.slots = [SlotScheduler(slots, mode) for _ in self.engines]  # `slots` per engine
+        self.slots = [SlotScheduler(slots, mode, coordinator.critical_order) for _ in self.engines]  # per engine
         self._engine_of: dict[int, int] = {}  # trajectory -> engine index, for its whole life
         self.ready: list[Group] = []
         self.dropped: list[Prompt] = []

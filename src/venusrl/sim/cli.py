@@ -6,6 +6,7 @@ import json
 import logging
 import os
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -24,17 +25,22 @@ REFERENCES = {"paper-fig10": "venus", "paper-table1": "baseline", "scale": "venu
 
 
 def _run(spec: SimSpec) -> dict[str, Any]:
-    result = run_spec(spec).to_dict()
+    result = run_spec(spec).to_dict() | {"seed": spec.seed}
     log.info("%s: %.0f tokens/s over %d steps, %.1fs simulated in %.1fs", spec.system.name,
              result["throughput_tokens_per_s"], result["steps"], result["sim_seconds"], result["wall_s"])
     return result
 
 
 def run_scenario(name: str, quick: bool, workload: WorkloadConfig, extra_policy: str | None = None,
-                 jobs: int = 1) -> dict[str, Any]:
+                 jobs: int = 1, seeds: int = 1) -> dict[str, Any]:
+    """Every case of the scenario under every system, each under seeds 0..seeds-1 (the
+    workload, the predictor's noise); the table gives medians of per-seed speedups."""
     if name not in SCENARIOS:
         raise typer.BadParameter(f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)})")
-    cases = list(SCENARIOS[name](quick, workload, extra_policy))
+    if name == "scale" and seeds > 1:
+        raise typer.BadParameter("scale is one long run: --seeds must be 1")
+    cases = [replace(case, specs=tuple(replace(spec, seed=seed) for seed in range(seeds) for spec in case.specs))
+             for case in SCENARIOS[name](quick, workload, extra_policy)]
     specs = [spec for case in cases for spec in case.specs]
     with Progress() as progress:
         task = progress.add_task(f"simulate {name}", total=len(specs))
@@ -74,6 +80,7 @@ def simulate(
     workload: Annotated[Path | None, typer.Option(help="workload YAML (default: examples/sim/swe_agent.yaml values)")] = None,
     policy: Annotated[str | None, typer.Option(help="also run venus with this priority policy")] = None,
     jobs: Annotated[int, typer.Option(min=1, help="runs in parallel processes")] = 1,
+    seeds: Annotated[int, typer.Option(min=1, help="run every case under this many seeds; medians of paired speedups")] = 1,
     measured: Annotated[Path | None, typer.Option(help="validate: `venusrl bench rollout --json` output (default: run it now)")] = None,
 ) -> None:
     """Project the system to a cluster with the real scheduling code and a cost model
@@ -85,7 +92,7 @@ def simulate(
         emit(validate(quick, json.loads(measured.read_text()) if measured else None), json_out)
         return
     config = load_workload(workload) if workload else WorkloadConfig()
-    result = run_scenario(scenario, quick, config, policy, jobs)
+    result = run_scenario(scenario, quick, config, policy, jobs, seeds)
     table = markdown(result["table"], result["reference"], PAPER_TABLE1 if scenario == "paper-table1" else None,
                      invert=scenario == "paper-fig10")
     if markdown_out:

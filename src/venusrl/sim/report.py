@@ -2,24 +2,53 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
-_VALUES = ("throughput", "speedup", "first_batch_speedup")  # a row's other keys label its case
+_VALUES = ("throughput", "speedup", "first_batch_speedup", "end_to_end_speedup")  # a row's other keys label its case
+_NOT_LABELS = (*_VALUES, "seeds")
 
 
 def rows(cases: list[dict[str, Any]], reference: str, invert: bool = False) -> list[dict[str, Any]]:
     """One row per case: each system's throughput (trained tokens/s) and its speedup over
     `reference` (with `invert`, the reference's speedup over it), and the same speedup in time
-    to the first batch: throughput over later steps hides what a faster first step gains."""
+    to the first batch and in time to the last step. Throughput over the later steps hides
+    what a faster first step gains, and charges it: on a saturated cluster, a first batch Δ
+    sooner widens the later steps' window by Δ.
+
+    A case run under several seeds (runs carry `seed`) gives the medians over seeds, each
+    speedup paired within its seed: one seed's scheduling noise (about ±8% in time to the
+    first batch, ±3% in throughput between predictor seeds) is larger than most policy effects."""
     out = []
     for case in cases:
-        throughput = {run["name"]: run["throughput_tokens_per_s"] for run in case["runs"]}
-        # a rate: reciprocal of the time, so it divides like throughput
-        first_batch = {run["name"]: 1 / run["time_to_first_batch_s"] if run.get("time_to_first_batch_s") else None
-                       for run in case["runs"]}
-        out.append({**case["label"], "throughput": throughput, "speedup": _ratios(throughput, reference, invert),
-                    "first_batch_speedup": _ratios(first_batch, reference, invert)})
+        by_seed: dict[int, list[dict[str, Any]]] = {}
+        for run in case["runs"]:
+            by_seed.setdefault(run.get("seed", 0), []).append(run)
+        per_seed = [_ratio_row(runs, reference, invert) for runs in by_seed.values()]
+        row = {key: _median(r[key] for r in per_seed) for key in _VALUES}
+        out.append({**case["label"], **({"seeds": len(per_seed)} if len(per_seed) > 1 else {}), **row})
+    return out
+
+
+def _ratio_row(runs: list[dict[str, Any]], reference: str, invert: bool) -> dict[str, dict[str, float | None]]:
+    throughput = {run["name"]: run["throughput_tokens_per_s"] for run in runs}
+    # a rate: reciprocal of the time, so it divides like throughput
+    first_batch = {run["name"]: 1 / run["time_to_first_batch_s"] if run.get("time_to_first_batch_s") else None
+                   for run in runs}
+    last_step = {run["name"]: 1 / run["step_times"][-1] if run.get("step_times") else None for run in runs}
+    return {"throughput": throughput, "speedup": _ratios(throughput, reference, invert),
+            "first_batch_speedup": _ratios(first_batch, reference, invert),
+            "end_to_end_speedup": _ratios(last_step, reference, invert)}
+
+
+def _median(values: Any) -> dict[str, float | None]:
+    """Per system, the median of its values over seeds (None where a seed has none)."""
+    values = list(values)
+    out = {}
+    for name in values[0]:
+        known = [v[name] for v in values if v.get(name) is not None]
+        out[name] = round(statistics.median(known), 3) if len(known) == len(values) else None
     return out
 
 
@@ -34,17 +63,20 @@ def markdown(table: list[dict[str, Any]], reference: str, paper: dict[int, tuple
     if not table:
         return ""
     names = list(table[0]["throughput"])
-    label_keys = [k for k in table[0] if k not in _VALUES]
+    label_keys = [k for k in table[0] if k not in _NOT_LABELS]
     others = [n for n in names if n != reference]
     ratio = [f"{reference} / {n}" if invert else f"{n} / {reference}" for n in others]
-    header = [*label_keys, *(f"{n} tok/s" for n in names), *ratio, *(f"{r} (first batch)" for r in ratio)]
+    header = [*label_keys, *(f"{n} tok/s" for n in names), *ratio, *(f"{r} (first batch)" for r in ratio),
+              *(f"{r} (to the last step)" for r in ratio)]
     if paper:
         header.append("paper (Table 1)")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    if "seeds" in table[0]:  # the medians of ratios need not be the ratios of the median rates
+        lines.insert(0, f"Medians over {table[0]['seeds']} seeds; each speedup is the median of its per-seed ratios.\n")
     for row in table:
         cells = [str(row[k]) for k in label_keys]
         cells += [f"{row['throughput'][n]:,.0f}" for n in names]
-        for values in ("speedup", "first_batch_speedup"):
+        for values in ("speedup", "first_batch_speedup", "end_to_end_speedup"):
             cells += [f"{row[values][n]:.2f}x" if row[values][n] is not None else "-" for n in others]
         if paper:
             cells.append(" / ".join(f"{v:.2f}" for v in paper.get(row.get("batch"), ())))
@@ -59,7 +91,7 @@ def plot(table: list[dict[str, Any]], reference: str, path: Path, title: str) ->
     import matplotlib.pyplot as plt
 
     names = list(table[0]["throughput"])
-    labels = [", ".join(f"{v}" for k, v in row.items() if k not in _VALUES) for row in table]
+    labels = [", ".join(f"{v}" for k, v in row.items() if k not in _NOT_LABELS) for row in table]
     width = 0.8 / len(names)
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(table)), 4))
     for i, name in enumerate(names):

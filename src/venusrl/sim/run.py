@@ -196,12 +196,15 @@ def _result(spec: SimSpec, loop: EventLoop, engines: list[SimEngine], worker: Si
         throughput = sum(trainer.step_tokens) / loop.now if loop.now else 0.0
     counters = [e.scheduler.counters for e in engines]
     prompt = sum(c.prompt_tokens for c in counters)
+    # The host tier is the simulated engine's (reloads priced, `SimEngine._computed`), not the
+    # scheduler's: the scheduler counts a reloaded token as recomputed and not as a hit.
+    reloaded = sum(e.totals.reload_units for e in engines)
     engine = {
         "engines": len(engines),
         "busy_fraction": round(sum(e.totals.busy_s for e in engines) / max(1e-9, loop.now * len(engines)), 4),
-        "hit_rate": round(sum(c.cached_tokens for c in counters) / prompt, 4) if prompt else 0.0,
-        "recomputed_tokens": q * sum(c.recomputed_tokens for c in counters),
-        "reloaded_tokens": q * sum(e.totals.reload_units for e in engines),
+        "hit_rate": round((sum(c.cached_tokens for c in counters) + reloaded) / prompt, 4) if prompt else 0.0,
+        "recomputed_tokens": q * max(0, sum(c.recomputed_tokens for c in counters) - reloaded),
+        "reloaded_tokens": q * reloaded,
         "prefill_tokens": q * sum(e.totals.prefill_units for e in engines),
         "decode_tokens": q * sum(e.totals.decode_units for e in engines),
         "retractions": sum(c.retractions for c in counters),

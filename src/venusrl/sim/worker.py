@@ -118,7 +118,8 @@ class SimWorker:
     _placement: LeastLoaded = field(init=False)
 
     def __post_init__(self) -> None:
-        self.slots = [SlotScheduler(self.slots_per_engine, self.system.slot_mode) for _ in self.engines]
+        self.slots = [SlotScheduler(self.slots_per_engine, self.system.slot_mode, self.coordinator.critical_order)
+                      for _ in self.engines]
         self._placement = LeastLoaded(len(self.engines))
         for engine in self.engines:
             engine.on_finished = self._on_request_finished
