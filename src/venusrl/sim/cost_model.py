@@ -106,6 +106,11 @@ def preset(model: str, tp: int, gpu: GpuSpec = H100) -> CostModel:
     )
 
 
+def computes_prefill(item: ScheduledRequest) -> bool:
+    """A prefill chunk (the last one of a prompt also samples), not a one-token decode step."""
+    return len(item.token_ids) > 1 or not item.sample
+
+
 def batch_shape(items: Iterable[ScheduledRequest]) -> tuple[int, list[int]]:
     """(prefill tokens, context length of every sampled sequence) of one step's batch, as the
     cost model prices it: every token of a prefill chunk is computed; every sampled item is
@@ -115,7 +120,7 @@ def batch_shape(items: Iterable[ScheduledRequest]) -> tuple[int, list[int]]:
     for item in items:
         if item.sample:
             contexts.append(item.positions[-1])
-        if len(item.token_ids) > 1 or not item.sample:
+        if computes_prefill(item):
             prefill += len(item.token_ids)
     return prefill, contexts
 

@@ -21,7 +21,7 @@ from venusrl.engine.batch import Batch
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.request import PartialOutput
 from venusrl.engine.scheduler import Scheduler
-from venusrl.sim.cost_model import CostModel, batch_shape
+from venusrl.sim.cost_model import CostModel, batch_shape, computes_prefill
 from venusrl.sim.events import EventLoop
 from venusrl.types import Priority, SamplingParams
 
@@ -154,7 +154,7 @@ class SimEngine:
         if self.host_tier:
             requests = self.scheduler.requests
             for item in batch.items:
-                if len(item.token_ids) > 1 or not item.sample:
+                if computes_prefill(item):
                     done = self._computed.get(requests[item.request_id].trajectory_key, 0)
                     reload += max(0, min(done, item.positions[-1] + 1) - item.positions[0])
         self.totals.prefill_units += prefill

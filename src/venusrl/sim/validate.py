@@ -44,7 +44,7 @@ from venusrl.sim.cost_model import CostModel, StepSample, batch_shape, fit
 from venusrl.sim.run import SimSpec, simulate
 from venusrl.sim.systems import ROLLFLASH, SLIME, VENUS
 from venusrl.sim.trainer import TrainerCost
-from venusrl.sim.workload import WorkloadConfig, common_prefix_length
+from venusrl.sim.workload import WorkloadConfig, shared_prefix_length
 from venusrl.types import Prompt, SamplingParams
 
 # The benchmark runs every mode on the same engine (tiers + demotion, no host tier).
@@ -161,12 +161,11 @@ def chat_shape(model_dir: Path, case: bench.RolloutCase, prompts: list[Prompt]) 
         return Conversation.start(engine.tokenizer, messages, [bench.CALCULATE_TOOL])
 
     starts = {prompt.id: start(prompt).token_ids for prompt in prompts}
-    first = starts[prompts[0].id]
     conversation = start(prompts[0])
     conversation.add_assistant_turn([ord("a")] * case.tokens_per_turn)
     observation = conversation.add_messages([{"role": "user", "content": "Go on."}])
     return ChatShape(prompt_tokens={pid: len(ids) for pid, ids in starts.items()},
-                     shared_prompt_tokens=min(common_prefix_length(first, ids) for ids in starts.values()),
+                     shared_prompt_tokens=shared_prefix_length(list(starts.values())),
                      obs_tokens=len(observation),
                      stop_probability=len(engine.eos_token_ids) / engine.runner.model.args.vocab_size)
 

@@ -179,7 +179,7 @@ def recorded_trace(groups: Iterable[Group]) -> list[dict[str, Any]]:
     prefix every recorded prompt shares (the system prompt and tool schemas of a dataset)."""
     trajectories = [(group, t) for group in sorted(groups, key=lambda g: g.seq) for t in group.trajectories if t.turns]
     prompts = [t.token_ids[: t.turns[0].context_tokens] for _, t in trajectories]
-    shared = min((common_prefix_length(prompts[0], other) for other in prompts), default=0)
+    shared = shared_prefix_length(prompts) if prompts else 0
     rows = []
     for (group, t), prompt in zip(trajectories, prompts, strict=True):
         for number, turn in enumerate(t.turns):
@@ -190,9 +190,12 @@ def recorded_trace(groups: Iterable[Group]) -> list[dict[str, Any]]:
     return rows
 
 
-def common_prefix_length(a: list[int], b: list[int]) -> int:
-    """How many leading tokens `a` and `b` share."""
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+def shared_prefix_length(sequences: list[list[int]]) -> int:
+    """How many leading tokens all `sequences` share (a whole sequence, if it is a prefix of
+    the rest; the trainer's `common_prefix_length` leaves each one token of its own)."""
+    first = sequences[0]
+    return min(next((i for i, (x, y) in enumerate(zip(first, other, strict=False)) if x != y),
+                    min(len(first), len(other))) for other in sequences)
 
 
 def coarsened(config: WorkloadConfig, factor: float) -> WorkloadConfig:
