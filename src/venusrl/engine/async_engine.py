@@ -1,6 +1,13 @@
 """Drives an `Engine` from one background thread for asyncio callers (the HTTP server,
 rollout workers). Every engine call runs on that thread, between steps, so the engine
-itself stays single-threaded; results come back through futures and per-request queues."""
+itself stays single-threaded; results come back through futures and per-request queues.
+
+A crash inside a step (an exception no single request owns: the forward, the scheduler) does
+not end the service: the thread rebuilds the engine over the same weights (`Engine.rebuilt`)
+and re-issues every in-flight request from its partial output, so callers see one stream
+that carries on. `EngineConfig.max_restarts` crashes in a row (no step completed between
+them) and the engine is dead: every request fails with `EngineStopped` and `alive` is
+False (the HTTP server's /health answers 503, so a supervisor restarts the process)."""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ import queue
 import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from venusrl.engine.engine import Engine, RequestOutput
@@ -23,15 +31,45 @@ class EngineStopped(RuntimeError):
     """The engine thread has stopped (shut down or crashed); the request cannot proceed."""
 
 
+class RequestFailed(RuntimeError):
+    """This request failed inside a step (its sampling); the engine serves on."""
+
+
+@dataclass(slots=True, eq=False)
+class _Stream:
+    """One request's consumer and what is needed to re-issue it on a rebuilt engine."""
+
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    priority: Priority | None
+    trajectory_id: str | None
+    delivered: RequestOutput | None = None  # the newest output its consumer was given
+    prefix: RequestOutput | None = None  # the output before the last re-issue, prepended to later ones
+
+
 class AsyncEngine:
     def __init__(self, engine: Engine):
         self.engine = engine
+        self.restarts = 0
+        self.iterations = 0  # engine-loop iterations (a step, or a wait for calls), for observers
+        self._progress = threading.Condition()
         self._commands: queue.Queue[tuple[Callable[[], Any], Future]] = queue.Queue()
-        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._streams: dict[str, _Stream] = {}
         self._stopping = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name="venusrl-engine", daemon=True)
         self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._error is None and self._thread.is_alive()
+
+    @property
+    def error(self) -> BaseException | None:
+        """Why the engine died, or None."""
+        return self._error
 
     def call(self, fn: Callable[[Engine], T]) -> Future[T]:
         """Run `fn(engine)` on the engine thread at the next iteration boundary."""
@@ -45,6 +83,12 @@ class AsyncEngine:
     async def acall(self, fn: Callable[[Engine], T]) -> T:
         return await asyncio.wrap_future(self.call(fn))
 
+    def wait_iterations(self, count: int, timeout: float) -> bool:
+        """Block until the engine loop has run `count` more iterations; False on timeout."""
+        with self._progress:
+            target = self.iterations + count
+            return self._progress.wait_for(lambda: self.iterations >= target or not self.alive, timeout)
+
     async def generate(
         self,
         prompt_ids: list[int],
@@ -53,23 +97,29 @@ class AsyncEngine:
         trajectory_id: str | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """Yields one output per step that produced tokens, the last with `finished` set.
-        Leaving the iteration early (a client disconnect) aborts the request and frees its KV."""
-        stream: asyncio.Queue = asyncio.Queue()
-        loop = asyncio.get_running_loop()
+        Leaving the iteration early (a client disconnect) aborts the request and frees its KV.
+        Raises `RequestFailed` when this request fails alone, `EngineStopped` when the engine
+        died."""
+        stream = _Stream(asyncio.get_running_loop(), asyncio.Queue(), list(prompt_ids), sampling, priority,
+                         trajectory_id)
 
         def add(engine: Engine) -> str:
             request_id = engine.add_request(prompt_ids, sampling, priority, trajectory_id)
-            self._streams[request_id] = (loop, stream)
+            self._streams[request_id] = stream
             return request_id
 
         request_id = await self.acall(add)
         finished = False
         try:
             while not finished:
-                item = await stream.get()
+                item = await stream.queue.get()
+                if isinstance(item, RequestFailed):
+                    raise item
                 if isinstance(item, BaseException):
                     raise EngineStopped(f"engine stopped while {request_id} was running") from item
                 finished = item.finished
+                if item.finish_reason == "error":
+                    raise RequestFailed(f"request {request_id} failed: {item.error}")
                 yield item
         finally:
             if not finished:
@@ -83,8 +133,7 @@ class AsyncEngine:
         def abort(engine: Engine) -> RequestOutput | None:
             if request_id not in engine.request_ids():
                 return None
-            output = engine.abort(request_id)
-            self._deliver(output)
+            output = self._deliver(engine.abort(request_id))
             log.info("request %s aborted from outside its stream", request_id)
             return output
 
@@ -101,22 +150,67 @@ class AsyncEngine:
             log.info("request %s aborted by its caller", request_id)
 
     def _loop(self) -> None:
+        crashes = 0  # in a row, with no step completed between them
+        # the last step did nothing (its waiting requests cannot be admitted) and no call
+        # has arrived since: wait for one instead of spinning a core on empty steps
+        idle = False
         try:
-            # the last step did nothing (its waiting requests cannot be admitted) and no call
-            # has arrived since: wait for one instead of spinning a core on empty steps
-            idle = False
             while not self._stopping.is_set():
-                if self._run_commands(block=not self.engine.has_work or idle):
+                try:
+                    if self._run_commands(block=not self.engine.has_work or idle):
+                        idle = False
+                    self.engine.release_idle_trajectories()
+                    if self.engine.has_work and not idle:
+                        for output in self.engine.step():
+                            self._deliver(output)
+                        idle, crashes = self.engine.last_step_idle, 0
+                except Exception:
+                    crashes += 1
+                    if crashes > self.engine.config.max_restarts:
+                        raise
+                    log.exception("engine crashed (%d in a row); rebuilding it and re-issuing %d requests",
+                                  crashes, len(self._streams))
+                    self._restart()
                     idle = False
-                if self.engine.has_work and not idle:
-                    for output in self.engine.step():
-                        self._deliver(output)
-                    idle = self.engine.last_step_idle
+                with self._progress:
+                    self.iterations += 1
+                    self._progress.notify_all()
         except BaseException as err:  # the thread must report, not vanish
-            log.exception("engine loop crashed")
+            log.exception("engine loop crashed for good")
             self._error = err
         finally:
             self._fail_everything(self._error or EngineStopped("engine shut down"))
+            with self._progress:
+                self._progress.notify_all()
+
+    def _restart(self) -> None:
+        self.engine = self.engine.rebuilt()
+        self.restarts += 1
+        for request_id, stream in list(self._streams.items()):
+            self._reissue(request_id, stream)
+
+    def _reissue(self, request_id: str, stream: _Stream) -> None:
+        """Add the request again, its prompt extended by what it had produced; its later
+        outputs are stitched onto that prefix (`_deliver`)."""
+        done = stream.delivered
+        produced = done.output_ids if done is not None else []
+        remaining = stream.sampling.max_new_tokens - len(produced)
+        if remaining <= 0:
+            self._deliver(replace(done, new_token_ids=[], new_logprobs=[], finished=True, finish_reason="length"))
+            return
+        seed = stream.sampling.seed
+        sampling = replace(stream.sampling, max_new_tokens=remaining,
+                           seed=None if seed is None else seed + len(produced))  # the same seeds per position
+        # a caller trajectory's priority was carried over by `rebuilt`; an implicit one is the request's
+        priority = stream.priority if stream.trajectory_id is None else None
+        try:
+            self.engine.add_request(stream.prompt_ids + produced, sampling, priority, stream.trajectory_id,
+                                    request_id=request_id)
+        except ValueError as err:  # the longer prompt no longer fits: this request fails alone
+            del self._streams[request_id]
+            stream.loop.call_soon_threadsafe(stream.queue.put_nowait, RequestFailed(str(err)))
+            return
+        stream.prefix = done
 
     def _run_commands(self, block: bool) -> bool:
         """Run the queued calls; whether there were any."""
@@ -135,18 +229,23 @@ class AsyncEngine:
             except queue.Empty:
                 return True
 
-    def _deliver(self, output: RequestOutput) -> None:
-        target = self._streams.get(output.request_id)
-        if target is None:
-            return
+    def _deliver(self, output: RequestOutput) -> RequestOutput:
+        """Hand an output to its stream (stitched onto the output before a re-issue); returns
+        what the consumer got."""
+        stream = self._streams.get(output.request_id)
+        if stream is None:
+            return output
+        if stream.prefix is not None:
+            output = _stitched(stream.prefix, output)
+        stream.delivered = output
         if output.finished:
             del self._streams[output.request_id]
-        loop, stream = target
-        loop.call_soon_threadsafe(stream.put_nowait, output)
+        stream.loop.call_soon_threadsafe(stream.queue.put_nowait, output)
+        return output
 
     def _fail_everything(self, error: BaseException) -> None:
-        for loop, stream in self._streams.values():
-            loop.call_soon_threadsafe(stream.put_nowait, error)
+        for stream in self._streams.values():
+            stream.loop.call_soon_threadsafe(stream.queue.put_nowait, error)
         self._streams.clear()
         while True:
             try:
@@ -155,3 +254,11 @@ class AsyncEngine:
                 return
             if future.set_running_or_notify_cancel():
                 future.set_exception(EngineStopped(str(error)))
+
+
+def _stitched(prefix: RequestOutput, output: RequestOutput) -> RequestOutput:
+    """`output` of a re-issued request as its consumer sees it: the prompt it first sent, and
+    everything produced before the re-issue ahead of what came after."""
+    return replace(output, prompt_len=prefix.prompt_len, output_ids=prefix.output_ids + output.output_ids,
+                   logprobs=prefix.logprobs + output.logprobs,
+                   weight_versions=prefix.weight_versions + output.weight_versions)

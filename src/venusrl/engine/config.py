@@ -24,6 +24,13 @@ class EngineConfig(Section):
         "shortest", description="whom demotion pauses first: shortest: the shortest contexts (paper §4.3); "
         "idle_first: trajectories with no request in the engine (waiting on a tool), then generating ones, "
         "each shortest first (ThunderAgent)")
+    trajectory_idle_ttl_s: float = Field(
+        600.0, ge=0, description="a caller trajectory with no request in the engine for this long is released "
+        "(its KV becomes plain cache): a client that never releases cannot leak (0: never)")
+    max_restarts: int = Field(
+        3, ge=0, description="engine crashes in a row (no step completed between them) the engine thread "
+        "recovers from by rebuilding the engine and re-issuing in-flight requests from their partial outputs; "
+        "past it the engine is dead and /health answers 503")
     attention_backend: Literal["sdpa"] = Field("sdpa", description="paged attention kernel (see engine/paged_attention.py)")
     kv_after_weight_update: Literal["recompute", "keep"] = Field(
         "recompute",

@@ -3,12 +3,18 @@
 Single-threaded and step-driven: `step()` applies what was queued since the last step
 (weight updates, trajectory changes) at the iteration boundary, runs one batch, and returns
 what each request produced. `AsyncEngine` drives it from a thread for asyncio callers.
+
+Fault isolation: a request whose sampling fails inside a step is failed alone (finish reason
+"error", its KV freed) and the step goes on for the rest of the batch. Caller trajectories
+live until released, or until idle for `trajectory_idle_ttl_s` (a client that forgot them).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -40,7 +46,8 @@ class RequestOutput:
     logprobs: list[float]
     weight_versions: list[int]  # the weight version each output token was sampled under
     finished: bool = False
-    finish_reason: str | None = None  # stop, length, abort
+    finish_reason: str | None = None  # stop, length, abort, error
+    error: str | None = None  # why the request failed (finish reason "error")
 
 
 @dataclass(slots=True)
@@ -55,9 +62,13 @@ class _Tracked:
 
 
 class Engine:
-    def __init__(self, model: CausalLM, config: EngineConfig, tokenizer: ChatTokenizer | None = None, seed: int = 0):
+    def __init__(self, model: CausalLM, config: EngineConfig, tokenizer: ChatTokenizer | None = None, seed: int = 0,
+                 clock: Callable[[], float] = time.monotonic):
         self.config = config
         self.tokenizer = tokenizer
+        self.seed = seed
+        self.clock = clock  # for the idle TTL only; the scheduler is handed `now`
+        self._next_idle_sweep = clock()
         self.scheduler = Scheduler(config)
         self.runner = ModelRunner(model, config.kv_capacity_tokens, seed, config.attention_backend,
                                   config.host_kv_capacity_tokens)
@@ -109,8 +120,9 @@ class Engine:
     def abort(self, request_id: str) -> RequestOutput:
         """Stop a request now and return what it produced, so the caller can resume it later
         (its computed KV stays in the cache)."""
-        partial = self.scheduler.abort(request_id)
-        return self._final(request_id, partial)
+        output = self._final(request_id, self.scheduler.abort(request_id))
+        self._settle_if_drained()
+        return output
 
     def request_ids(self) -> list[str]:
         """Requests added and not yet finished or aborted."""
@@ -119,8 +131,28 @@ class Engine:
     def start_trajectory(self, trajectory_id: str, priority: Priority) -> None:
         self.scheduler.start_trajectory(trajectory_id, Priority(priority))
 
-    def release_trajectory(self, trajectory_id: str) -> None:
+    def release_trajectory(self, trajectory_id: str) -> bool:
+        """Release a trajectory's references (its KV becomes plain cache); whether it was
+        known. With no request in the engine the boundary is now: it applies at once."""
+        known = self.scheduler.knows_trajectory(trajectory_id)
         self.scheduler.release_trajectory(trajectory_id)
+        self._settle_if_drained()
+        return known
+
+    def release_idle_trajectories(self) -> list[str]:
+        """Release caller trajectories idle (no request here) for `trajectory_idle_ttl_s`;
+        sweeps at most every quarter TTL (and every second at most), so calling it each loop
+        iteration is cheap."""
+        ttl = self.config.trajectory_idle_ttl_s
+        now = self.clock()
+        if not ttl or now < self._next_idle_sweep:
+            return []
+        self._next_idle_sweep = now + min(1.0, ttl / 4)
+        expired = self.scheduler.release_idle(now, ttl)
+        if expired:
+            self.scheduler.apply_trajectory_changes()
+            log.info("released %d trajectories idle for %.0f s", len(expired), ttl)
+        return expired
 
     def set_priority(self, trajectory_id: str, priority: Priority) -> None:
         self.scheduler.set_priority(trajectory_id, Priority(priority))
@@ -132,6 +164,23 @@ class Engine:
             raise ValueError(f"weight version {version} is not newer than {self.weight_version}")
         self._pending_weights = (state_dict, version)
 
+    def rebuilt(self) -> Engine:
+        """A fresh engine over this one's model weights, for when this one crashed inside a
+        step: new scheduler, KV pool and runner; the weight version, owed weights and the
+        caller trajectories with their declared priorities carried over. Its requests are
+        the caller's to re-issue (`AsyncEngine` does)."""
+        trajectories = self.scheduler.cache.declared_priorities()
+        model = self.runner.model
+        self.runner = None  # the old KV pool goes before a new one is allocated (a GPU holds one)
+        fresh = Engine(model, self.config, self.tokenizer, self.seed + 1, self.clock)
+        fresh.weight_version, fresh._pending_weights = self.weight_version, self._pending_weights
+        for trajectory_id, priority in trajectories.items():
+            if isinstance(trajectory_id, str):
+                fresh.start_trajectory(trajectory_id, priority)
+        log.warning("engine rebuilt at weight version %d with %d live trajectories", fresh.weight_version,
+                    len(trajectories))
+        return fresh
+
     @property
     def has_work(self) -> bool:
         return self.scheduler.has_work
@@ -142,28 +191,33 @@ class Engine:
         updated = self._pending_weights is not None
         if updated:
             state_dict, version = self._pending_weights
-            self._pending_weights = None
             self.runner.load_weights(state_dict)
-            self.weight_version = version
+            # cleared only once loaded: a crash mid-copy leaves them owed to a rebuilt engine
+            self.weight_version, self._pending_weights = version, None
             dropped = self.scheduler.drop_all_kv() if self.config.kv_after_weight_update == "recompute" else 0
             log.info("weights updated to version %d (%d cached KV tokens dropped)", version, dropped)
+        self.release_idle_trajectories()
         batch = self.scheduler.schedule()
         self.last_step_idle = not batch and not updated
         sampled = self.runner.run(batch)
+        # aborted before on_batch_done, which then skips them: their KV is freed, not kept
+        outputs = [self._fail(request_id, err) for request_id, err in sampled.errors.items()]
         stopped = []
-        for request_id, token in sampled.items():
+        for request_id, token in sampled.tokens.items():
             tracked = self._tracked[request_id]
             tracked.output_ids.append(token.token)
             tracked.logprobs.append(token.logprob)
             tracked.weight_versions.append(self.weight_version)
             if tracked.stop and self._hits_stop_string(tracked):
                 stopped.append(request_id)
-        finished = {p.request_id: p for p in self.scheduler.on_batch_done(batch, {r: t.token for r, t in sampled.items()}, stopped)}
+        tokens = {r: t.token for r, t in sampled.tokens.items()}
+        finished = {p.request_id: p for p in self.scheduler.on_batch_done(batch, tokens, stopped)}
         finished.update((p.request_id, p) for p in batch.finished)
-        outputs = [self._final(rid, partial) for rid, partial in finished.items()]
-        for request_id in sampled:
+        outputs += [self._final(rid, partial) for rid, partial in finished.items()]
+        for request_id in sampled.tokens:
             if request_id not in finished:
                 outputs.append(self._delta(request_id, finished=False, reason=None))
+        self._settle_if_drained()
         return outputs
 
     def run_to_completion(self) -> dict[str, RequestOutput]:
@@ -210,6 +264,13 @@ class Engine:
             raise ValueError("chat messages need an engine with a tokenizer; pass token ids instead")
         return self.tokenizer.encode_chat(prompt, tools)
 
+    def _settle_if_drained(self) -> None:
+        """With no request left there is no next boundary to wait for: apply the queued
+        trajectory changes now, so finished requests' and released trajectories' KV is
+        unpinned while the engine idles (not at whatever request comes next)."""
+        if not self.has_work:
+            self.scheduler.apply_trajectory_changes()
+
     def _hits_stop_string(self, tracked: _Tracked) -> bool:
         """Checked after every token, so a stop string can only end in the newest token: the
         tail that could hold it is enough (a character is at most 4 byte-level tokens)."""
@@ -225,6 +286,14 @@ class Engine:
             tracked.output_ids[start:], tracked.logprobs[start:],
             list(tracked.output_ids), list(tracked.logprobs), list(tracked.weight_versions), finished, reason,
         )
+
+    def _fail(self, request_id: str, err: Exception) -> RequestOutput:
+        """End one request whose step failed; the others in the batch go on."""
+        partial = replace(self.scheduler.abort(request_id), finish_reason="error")
+        output = self._final(request_id, partial)
+        output.error = f"{type(err).__name__}: {err}"
+        log.warning("request %s failed alone after %d tokens: %s", request_id, len(output.output_ids), output.error)
+        return output
 
     def _final(self, request_id: str, partial: PartialOutput) -> RequestOutput:
         tracked = self._tracked[request_id]

@@ -8,6 +8,7 @@ from typing import Any, Literal
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from venusrl.engine.request import MAX_TRAJECTORY_ID_CHARS
 from venusrl.types import Priority, SamplingParams
 
 _PRIORITY_NAMES = {"promoted": Priority.PROMOTED, "high": Priority.HIGH, "low": Priority.LOW}
@@ -27,7 +28,7 @@ class _Sampling(BaseModel):
     stream: bool = False
     stream_options: dict[str, Any] | None = None
     priority: int | str | None = Field(None, description="promoted/high/low or 0-2; default: the trajectory's")
-    trajectory_id: str | None = None
+    trajectory_id: str | None = Field(None, min_length=1, max_length=MAX_TRAJECTORY_ID_CHARS)
 
     @field_validator("priority")
     @classmethod

@@ -188,6 +188,22 @@ class RadixCache:
         unless it is None."""
         self._pending.append(("start", key, None if priority is None else Priority(priority)))
 
+    def declared_priorities(self) -> dict[TrajectoryKey, Priority]:
+        """Each live trajectory's declared priority with the queued changes folded in, read
+        without applying them (a crashed scheduler's state is read, not trusted to mutate)."""
+        live = {key: traj.priority for key, traj in self.trajectories.items()}
+        for op, key, arg in self._pending:
+            if op == "release":
+                live.pop(key, None)
+            elif op == "start" and key not in live:
+                live[key] = Priority.LOW if arg is None else arg
+            elif op in ("start", "priority") and key in live and arg is not None:
+                live[key] = arg
+        return live
+
+    def is_pending_start(self, key: TrajectoryKey) -> bool:
+        return any(op == "start" and k == key for op, k, _ in self._pending)
+
     def queue_release(self, key: TrajectoryKey) -> None:
         self._pending.append(("release", key, None))
 

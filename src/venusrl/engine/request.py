@@ -9,6 +9,10 @@ from enum import Enum
 from venusrl.engine.radix_cache import RadixNode
 from venusrl.types import Priority, SamplingParams
 
+# A caller's trajectory id is kept while the trajectory lives: bounded, so ids cannot fill
+# memory (a 1 MB id per request did, before), and long enough for any UUID-based scheme.
+MAX_TRAJECTORY_ID_CHARS = 256
+
 
 class RequestStatus(Enum):
     WAITING = "waiting"

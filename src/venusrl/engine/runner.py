@@ -1,9 +1,10 @@
 """Runs a scheduler batch on the model: one packed forward over the paged KV pool, then
-sampling for the items that need a token."""
+sampling for the items that need a token. A request whose sampling fails is reported in
+`Sampled.errors` and fails alone; an error in the forward is the whole engine's."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -11,13 +12,21 @@ from venusrl.engine.batch import Batch
 from venusrl.engine.kv_pool import KVPool
 from venusrl.engine.paged_attention import ATTENTION_BACKENDS, SequenceSlots
 from venusrl.model.causal_lm import CausalLM
-from venusrl.model.sampling import greedy, sample
+from venusrl.model.sampling import greedy, is_greedy, position_seed, sample
 
 
 @dataclass(slots=True, frozen=True)
 class SampledToken:
     token: int
     logprob: float
+
+
+@dataclass(slots=True)
+class Sampled:
+    """What one batch sampled: a token per request, or the error that failed that request."""
+
+    tokens: dict[str, SampledToken] = field(default_factory=dict)
+    errors: dict[str, Exception] = field(default_factory=dict)
 
 
 class ModelRunner:
@@ -34,7 +43,7 @@ class ModelRunner:
         self.generator = torch.Generator(device=self.device).manual_seed(seed)
 
     @torch.inference_mode()
-    def run(self, batch: Batch) -> dict[str, SampledToken]:
+    def run(self, batch: Batch) -> Sampled:
         for copy in batch.kv_copies:  # before the forward: it may overwrite a page just saved
             self.pool.copy(copy)
         items = batch.items
@@ -42,31 +51,36 @@ class ModelRunner:
         context = self.attention.context(
             [SequenceSlots(item.request_id, len(item.token_ids), item.context_slots) for item in items])
         if not items:
-            return {}
+            return Sampled()
         ids = torch.tensor([[t for item in items for t in item.token_ids]], device=self.device)
         positions = torch.tensor([[p for item in items for p in item.positions]], device=self.device)
         hidden = self.model.hidden_states(ids, positions, context)[0]
         ends = torch.tensor([len(item.token_ids) for item in items], device=self.device).cumsum(0) - 1
         sampled_items = [i for i, item in enumerate(items) if item.sample]
+        out = Sampled()
         if not sampled_items:
-            return {}
+            return out
         logits = self.model.lm_head(hidden[ends[sampled_items]])
-        greedy_rows = [row for row, index in enumerate(sampled_items) if items[index].sampling.temperature == 0]
-        out = {}
+        greedy_rows = [row for row, index in enumerate(sampled_items) if is_greedy(items[index].sampling)]
         if greedy_rows:
             tokens, logprobs = greedy(logits[greedy_rows])
             for row, token, logprob in zip(greedy_rows, tokens, logprobs, strict=True):
-                out[items[sampled_items[row]].request_id] = SampledToken(token, logprob)
+                out.tokens[items[sampled_items[row]].request_id] = SampledToken(token, logprob)
         for row, index in enumerate(sampled_items):
             item = items[index]
-            if item.sampling.temperature == 0:
+            if is_greedy(item.sampling):
                 continue
-            generator = self.generator
-            if item.sampling.seed is not None:
-                # seed + position in the output: reproducible across retraction and resume
-                generator = torch.Generator(device=self.device).manual_seed(item.sampling.seed + item.num_generated)
-            token, logprob = sample(logits[row], item.sampling, generator)
-            out[item.request_id] = SampledToken(token, logprob)
+            try:
+                generator = self.generator
+                if item.sampling.seed is not None:
+                    # seed + position in the output: reproducible across retraction and resume
+                    seed = position_seed(item.sampling.seed, item.num_generated)
+                    generator = torch.Generator(device=self.device).manual_seed(seed)
+                token, logprob = sample(logits[row], item.sampling, generator)
+            except Exception as err:  # this request's alone: the batch's other rows are fine
+                out.errors[item.request_id] = err
+                continue
+            out.tokens[item.request_id] = SampledToken(token, logprob)
         return out
 
     @torch.no_grad()

@@ -29,9 +29,15 @@ from venusrl.engine.demotion import choose_demoted
 from venusrl.engine.host_tier import HostTier
 from venusrl.engine.kv_slots import PageAllocator
 from venusrl.engine.radix_cache import RadixCache, RadixNode, Tier, max_evictable_tier
-from venusrl.engine.request import PartialOutput, Request, RequestStatus
+from venusrl.engine.request import MAX_TRAJECTORY_ID_CHARS, PartialOutput, Request, RequestStatus
 from venusrl.engine.stats import Counters, EngineStats
 from venusrl.types import Priority, SamplingParams
+
+
+def check_trajectory_id(trajectory_id: str) -> None:
+    if not isinstance(trajectory_id, str) or not 0 < len(trajectory_id) <= MAX_TRAJECTORY_ID_CHARS:
+        shown = trajectory_id[:40] + "..." if isinstance(trajectory_id, str) else repr(trajectory_id)
+        raise ValueError(f"trajectory_id must be a string of 1 to {MAX_TRAJECTORY_ID_CHARS} characters, got {shown!r}")
 
 
 def by_priority(requests: Sequence[Request]) -> list[Request]:
@@ -60,6 +66,7 @@ class Scheduler:
         if config.host_kv_capacity_tokens >= config.page_size:
             self.host = HostTier(config.host_kv_capacity_tokens, config.page_size)
         self._kv_copies: list[KVCopy] = []  # device <-> host copies owed before the next forward
+        self._idle_since: dict[str, float] = {}  # caller trajectories seen with no request, since when
 
     # ---- caller API ----------------------------------------------------------------------
 
@@ -80,6 +87,8 @@ class Scheduler:
             raise ValueError("empty prompt")
         if len(prompt_ids) > self.allocator.capacity_tokens - self.allocator.page_size:
             raise ValueError(f"prompt of {len(prompt_ids)} tokens exceeds the KV pool")
+        if trajectory_id is not None:
+            check_trajectory_id(trajectory_id)
         key = trajectory_id if trajectory_id is not None else ("request", request_id)
         self.cache.queue_start(key, priority)
         self._arrivals += 1
@@ -93,7 +102,39 @@ class Scheduler:
         return request
 
     def start_trajectory(self, trajectory_id: str, priority: Priority) -> None:
+        check_trajectory_id(trajectory_id)
         self.cache.queue_start(trajectory_id, priority)
+
+    def knows_trajectory(self, trajectory_id: str) -> bool:
+        """Live, or started since the last boundary."""
+        return trajectory_id in self.cache.trajectories or self.cache.is_pending_start(trajectory_id)
+
+    def release_idle(self, now: float, ttl: float) -> list[str]:
+        """Queue the release of caller trajectories that have had no request here for ``ttl``
+        (a client that never released them: their records and low_ref pins would stay
+        forever). A trajectory's idle time starts at the first call that sees it idle, so
+        the precision is the caller's calling interval. Returns the released ids."""
+        busy = {request.trajectory_key for request in self.requests.values()}
+        expired = []
+        for key in self.cache.trajectories:
+            if not isinstance(key, str):
+                continue  # an implicit per-request trajectory ends with its request
+            if key in busy:
+                self._idle_since.pop(key, None)
+            elif now - self._idle_since.setdefault(key, now) >= ttl:
+                expired.append(key)
+        for key in expired:
+            self.cache.queue_release(key)
+        return expired
+
+    def apply_trajectory_changes(self) -> None:
+        """Apply queued trajectory starts, releases and priority changes now (``schedule``
+        does it at every boundary; between steps it is a boundary too)."""
+        if self._in_flight:
+            raise RuntimeError("trajectory changes applied while a batch is in flight")
+        for key in self.cache.apply_pending():
+            self._computed_by_trajectory.pop(key, None)
+            self._idle_since.pop(key, None)
 
     def release_trajectory(self, trajectory_id: str) -> None:
         self.cache.queue_release(trajectory_id)
@@ -191,8 +232,7 @@ class Scheduler:
             raise RuntimeError(
                 "schedule() called with a batch in flight or a prefix reservation open"
             )
-        for key in self.cache.apply_pending():
-            self._computed_by_trajectory.pop(key, None)
+        self.apply_trajectory_changes()
         self._rebalance_demotion()
         for request in self.requests.values():
             trajectory = self.cache.trajectories.get(request.trajectory_key)
@@ -554,6 +594,7 @@ class Scheduler:
             host_kv_tokens=self.host.used_tokens if self.host else 0,
             high_pressure=self._distinct_high_demand(self._high_contexts()[1])[0] / capacity,
             demoted_trajectories=sum(t.demoted for t in self.cache.trajectories.values()),
+            live_trajectories=sum(isinstance(key, str) for key in self.cache.trajectories),
             running=len(self.running), waiting=len(self.waiting),
         )  # fmt: skip
 

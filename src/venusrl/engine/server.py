@@ -1,8 +1,10 @@
 """`venusrl serve`: OpenAI-compatible HTTP API over the engine.
 
 Endpoints: /v1/chat/completions (tools in, tool_calls out, streaming, logprobs),
-/v1/completions, /v1/models, /health, /stats. Extensions in the body: `priority`
-(promoted/high/low or 0-2) and `trajectory_id`. A client that disconnects aborts its request.
+/v1/completions, /v1/models, /health, /stats, and POST /v1/trajectories/{id}/release.
+Extensions in the body: `priority` (promoted/high/low or 0-2) and `trajectory_id` (released
+by that route, or by the engine's idle TTL). A client that disconnects aborts its request.
+/health answers 503 once the engine is dead, so a supervisor restarts the process.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from venusrl.engine.async_engine import AsyncEngine, EngineStopped
+from venusrl.engine.async_engine import AsyncEngine, EngineStopped, RequestFailed
 from venusrl.engine.engine import RequestOutput
 from venusrl.engine.openai_protocol import ChatCompletionRequest, CompletionRequest, error_response
 from venusrl.model.chat import ChatTokenizer
@@ -75,10 +77,31 @@ def create_app(
         param = ".".join(str(p) for p in first["loc"] if p != "body")
         return error_response(400, f"{param}: {first['msg']}", param=param or None)
 
+    @app.exception_handler(EngineStopped)
+    async def engine_stopped(_: Request, err: EngineStopped) -> JSONResponse:
+        return error_response(503, str(err), kind="server_error")
+
+    @app.exception_handler(RequestFailed)
+    async def request_failed(_: Request, err: RequestFailed) -> JSONResponse:  # alone: the engine serves on
+        return error_response(500, str(err), kind="server_error")
+
     @app.get("/health")
-    async def health() -> dict[str, Any]:
+    async def health():
+        if not engine.alive:
+            return JSONResponse({"status": "dead", "error": str(engine.error)}, status_code=503)
         version = await engine.acall(lambda e: e.weight_version)
-        return {"status": "ok", "weight_version": version}
+        return {"status": "ok", "weight_version": version, "restarts": engine.restarts}
+
+    @app.post("/v1/trajectories/{trajectory_id}/release")
+    async def release_trajectory(trajectory_id: str):
+        try:
+            known = await engine.acall(lambda e: e.release_trajectory(trajectory_id))
+        except ValueError as err:
+            return error_response(400, str(err), param="trajectory_id")
+        if not known:
+            return error_response(404, f"trajectory {trajectory_id[:64]!r} is not live (released, expired or never "
+                                  "started)", param="trajectory_id", kind="not_found_error")
+        return {"id": trajectory_id, "object": "trajectory", "released": True}
 
     @app.get("/stats")
     async def stats() -> dict[str, Any]:
@@ -154,7 +177,7 @@ def create_app(
                 if output.finished:
                     break
                 output = await anext(outputs)
-        except EngineStopped as err:
+        except (EngineStopped, RequestFailed) as err:
             yield f"data: {json.dumps({'error': {'message': str(err), 'type': 'server_error'}})}\n\n"
             return
         finish = _finish_reason(output)

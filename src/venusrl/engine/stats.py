@@ -41,6 +41,7 @@ class EngineStats:
     host_kv_tokens: int = 0  # host tier in use
     high_pressure: float = 0.0  # HIGH/PROMOTED KV demand over capacity
     demoted_trajectories: int = 0
+    live_trajectories: int = 0  # caller trajectories not yet released (explicitly or by idle TTL)
     running: int = 0
     waiting: int = 0
 
