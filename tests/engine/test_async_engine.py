@@ -10,6 +10,15 @@ from venusrl.model.checkpoint import load_model
 from venusrl.types import Priority, SamplingParams
 
 
+def _wait_until(runner: AsyncEngine, condition, iterations: int = 1000) -> bool:
+    """Whether `condition` holds within `iterations` engine-loop iterations."""
+    for _ in range(iterations):
+        if condition():
+            return True
+        runner.wait_iterations(1, 30)
+    return condition()
+
+
 def test_a_request_that_cannot_be_admitted_waits_for_a_call_instead_of_spinning(tiny_model_dir):
     engine = Engine(load_model(tiny_model_dir), EngineConfig(kv_capacity_tokens=48, page_size=1))
     steps = 0
@@ -31,9 +40,11 @@ def test_a_request_that_cannot_be_admitted_waits_for_a_call_instead_of_spinning(
         low = SamplingParams(max_new_tokens=4, temperature=0, stop_token_ids=(-1,))
         outputs = runner.generate(list(range(100, 116)), low, Priority.LOW)
         pending = asyncio.ensure_future(anext(outputs))
-        await asyncio.sleep(1.0)  # the LOW request may not evict HIGH KV: it waits
+        # the LOW request may not evict HIGH KV: it waits. Once the engine has found that out
+        # (one idle step), further loop iterations are waits for a call, not steps.
+        assert await asyncio.to_thread(lambda: _wait_until(runner, lambda: engine.last_step_idle))
         stalled_steps = steps
-        await asyncio.sleep(1.0)
+        assert await asyncio.to_thread(runner.wait_iterations, 3, 30)
         assert steps == stalled_steps and not pending.done()
         await runner.acall(lambda e: e.release_trajectory("high"))
         last = await asyncio.wait_for(pending, timeout=30)

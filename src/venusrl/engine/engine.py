@@ -68,7 +68,7 @@ class Engine:
         self.tokenizer = tokenizer
         self.seed = seed
         self.clock = clock  # for the idle TTL only; the scheduler is handed `now`
-        self._next_idle_sweep = clock()
+        self._next_idle_sweep = float("-inf")
         self.scheduler = Scheduler(config)
         self.runner = ModelRunner(model, config.kv_capacity_tokens, seed, config.attention_backend,
                                   config.host_kv_capacity_tokens)

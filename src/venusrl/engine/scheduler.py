@@ -137,6 +137,7 @@ class Scheduler:
             self._idle_since.pop(key, None)
 
     def release_trajectory(self, trajectory_id: str) -> None:
+        check_trajectory_id(trajectory_id)
         self.cache.queue_release(trajectory_id)
 
     def set_priority(self, trajectory_id: str, priority: Priority) -> None:
