@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,8 +22,10 @@ from tests.sandbox.cluster_helpers import MiB
 
 from venusrl.config import Config, validate_config
 from venusrl.metrics.writer import read_metrics
+from venusrl.runtime.data import load_prompts
 from venusrl.runtime.ledger import TrainedLedger
 from venusrl.runtime.local import build, train
+from venusrl.runtime.rollout_service import RolloutService
 
 
 def run_config(model_dir: Path, **sections) -> Config:
@@ -50,15 +54,31 @@ def all_prompts(config: Config) -> Counter:
     return Counter(f"calc-{config.data.generate_seed}-{i}" for i in range(config.data.generate_train))
 
 
+async def held_out_accuracy(config: Config, model_dir: Path) -> float:
+    """The held-out accuracy of the weights in `model_dir`, evaluated on its own (greedy, so
+    it must equal what the run reported for the same weights)."""
+    prompts = load_prompts(config.data, config.rollout.environment, "eval")
+    service = RolloutService(config, model_dir, iter(()))
+    try:
+        return await service.evaluate(prompts)
+    finally:
+        await service.close()
+
+
 def test_train_then_resume_trains_each_prompt_once(tiny_model_dir, tmp_path):
     config = run_config(tiny_model_dir, trainer={"steps": 2, "keep_checkpoints": 1})
     summary = train(config, tmp_path, progress=False)
     assert summary["steps"] == 2 and summary["weight_version"] == 2
-    assert 0.0 <= summary["accuracy_before"] <= 1.0 and 0.0 <= summary["accuracy_after"] <= 1.0
     assert [p.name for p in (tmp_path / "checkpoints").iterdir()] == ["step-000002"]
     records = read_metrics(tmp_path / "metrics.jsonl")
     kinds = Counter(r["kind"] for r in records)
     assert kinds["step"] == 2 and kinds["group"] == 4 and kinds["eval"] == 2 and kinds["summary"] == 1
+    # the accuracies reported are those of the initial and the trained weights
+    assert [r["accuracy"] for r in records if r["kind"] == "eval"] == [summary["accuracy_before"],
+                                                                      summary["accuracy_after"]]
+    assert summary["accuracy_before"] == asyncio.run(held_out_accuracy(config, tiny_model_dir))
+    trained_weights = tmp_path / "checkpoints" / "step-000002" / "model"
+    assert summary["accuracy_after"] == asyncio.run(held_out_accuracy(config, trained_weights))
     step = next(r for r in records if r["kind"] == "step")
     assert {"reward_mean", "tokens_per_s", "kv_hit_rate", "grad_norm", "groups_ready"} <= step.keys()
 
@@ -68,27 +88,89 @@ def test_train_then_resume_trains_each_prompt_once(tiny_model_dir, tmp_path):
     assert json.loads((tmp_path / "summary.json").read_text())["steps"] == 4
 
 
-def test_killed_trainer_process_resumes_and_trains_every_prompt_once(tiny_model_dir, tmp_path):
-    config = run_config(tiny_model_dir, data={"generate_train": 12})
+TRAIN_ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def train_command(config: Config, tmp_path: Path) -> tuple[list[str], Path]:
     config_path = tmp_path / "run.yaml"
     config_path.write_text(yaml.safe_dump(config.model_dump(mode="json")))
     run_dir = tmp_path / "run"
-    command = [sys.executable, "-m", "venusrl", "train", str(config_path), "--run-dir", str(run_dir), "--no-progress"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return [sys.executable, "-m", "venusrl", "train", str(config_path), "--run-dir", str(run_dir), "--no-progress"], run_dir
+
+
+def kill_once_checkpointed(command: list[str], run_dir: Path, step: int) -> None:
+    """Run `venusrl train` in its own process and SIGKILL it once checkpoint `step` is in place
+    (polling the run directory: a file appearing is the event, there is no signal to wait on)."""
+    process = subprocess.Popen(command, env=TRAIN_ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 120
-        while not (run_dir / "checkpoints" / "step-000002").exists():
+        while not (run_dir / "checkpoints" / f"step-{step:06d}").exists():
             assert process.poll() is None, "the run ended before it could be killed"
             assert time.monotonic() < deadline
             time.sleep(0.05)
         process.send_signal(signal.SIGKILL)
     finally:
         process.wait()
-    finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_killed_trainer_process_resumes_and_trains_every_prompt_once(tiny_model_dir, tmp_path):
+    config = run_config(tiny_model_dir, data={"generate_train": 12})
+    command, run_dir = train_command(config, tmp_path)
+    kill_once_checkpointed(command, run_dir, step=2)
+    finished = subprocess.run(command, env=TRAIN_ENV, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr[-2000:]
     assert trained_prompts(run_dir) == all_prompts(config)
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 6
+
+
+def corrupt(path: Path, how: str) -> None:
+    data = path.read_bytes()
+    if how == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    else:  # one byte flipped in the middle: same size, wrong checksum
+        middle = len(data) // 2
+        path.write_bytes(data[:middle] + bytes([data[middle] ^ 0x5A]) + data[middle + 1 :])
+
+
+def test_a_corrupt_newest_checkpoint_resumes_from_the_previous_one(tiny_model_dir, tmp_path, caplog):
+    """Killed after checkpoint 3; each file of checkpoint 3 corrupted in turn (truncated or a
+    byte flipped), the resume skips it with one line naming the file and goes on from
+    checkpoint 2, and every prompt is trained exactly once."""
+    config = run_config(tiny_model_dir, data={"generate_train": 12, "generate_eval": 0},
+                        trainer={"keep_checkpoints": 2})
+    command, killed = train_command(config, tmp_path)
+    kill_once_checkpointed(command, killed, step=3)
+    checkpoints = sorted(p.name for p in (killed / "checkpoints").iterdir() if p.name.startswith("step-"))
+    newest, previous = checkpoints[-1], checkpoints[-2]
+    files = sorted(p.relative_to(killed / "checkpoints" / newest).as_posix()
+                   for p in (killed / "checkpoints" / newest).rglob("*") if p.is_file())
+    assert {"manifest.json", "state.json", "coordinator.json", "optimizer.pt", "model/config.json",
+            "model/model.safetensors"} <= set(files)
+    for index, name in enumerate(files):
+        run_dir = tmp_path / f"resume-{index}"
+        shutil.copytree(killed, run_dir)
+        corrupt(run_dir / "checkpoints" / newest / name, "truncate" if index % 2 else "flip")
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="venusrl.trainer.checkpoint"):
+            summary = train(config, run_dir, progress=False)
+        skipped = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
+        assert len(skipped) == 1 and skipped[0].startswith(f"resuming from {previous}; skipped {newest}")
+        assert name in skipped[0], skipped[0]
+        assert summary["steps"] == 6, name
+        assert trained_prompts(run_dir) == all_prompts(config), name
+
+
+def test_a_run_whose_every_checkpoint_is_corrupt_stops_with_the_list(tiny_model_dir, tmp_path):
+    config = run_config(tiny_model_dir, trainer={"steps": 2}, data={"generate_eval": 0})
+    train(config, tmp_path, progress=False)
+    for checkpoint in (tmp_path / "checkpoints").iterdir():
+        corrupt(checkpoint / "optimizer.pt", "truncate")
+    try:
+        train(run_config(tiny_model_dir, trainer={"steps": None}), tmp_path, progress=False)
+    except ValueError as err:
+        assert "no intact checkpoint" in str(err) and "step-000001 (optimizer.pt is" in str(err)
+    else:
+        raise AssertionError("a run with only corrupt checkpoints was resumed")
 
 
 async def _run_with(config: Config, run_dir: Path, saboteur) -> dict:

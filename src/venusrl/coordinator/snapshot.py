@@ -6,15 +6,23 @@ step; kept whole), running (kept with their DONE trajectories; unfinished ones r
 resume, because their sandboxes and engine requests died with the process) and dropped.
 Resuming from it with the dataset advanced by `prompts_consumed` trains every prompt
 exactly once.
+
+On disk it is JSON (`to_bytes`/`from_bytes`), not a pickle: reading a run directory from
+elsewhere must not run its code, and a torn or edited file is refused with the field that
+is wrong.
 """
 
 from __future__ import annotations
 
 import copy
-import pickle
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
 
-from venusrl.types import Group, GroupStatus
+from venusrl.types import Group, GroupStatus, Prompt, Trajectory, TrajectoryStatus, Turn
+
+FORMAT = "venusrl.coordinator_snapshot"
+VERSION = 1
 
 
 @dataclass(slots=True)
@@ -28,14 +36,33 @@ class CoordinatorSnapshot:
     next_trajectory_id: int
 
     def to_bytes(self) -> bytes:
-        return pickle.dumps(self)
+        data = {"format": FORMAT, "version": VERSION, "weight_version": self.weight_version,
+                "prompts_consumed": self.prompts_consumed, "ready": [_group_data(g) for g in self.ready],
+                "running": [_group_data(g) for g in self.running], "counts": self.counts,
+                "next_group_id": self.next_group_id, "next_trajectory_id": self.next_trajectory_id}
+        try:
+            return json.dumps(data, separators=(",", ":")).encode()
+        except TypeError as err:  # a prompt's metadata that JSON cannot hold
+            raise ValueError(f"coordinator snapshot: {err}") from None
 
     @staticmethod
     def from_bytes(data: bytes) -> CoordinatorSnapshot:
-        snapshot = pickle.loads(data)
-        if not isinstance(snapshot, CoordinatorSnapshot):
-            raise ValueError(f"not a coordinator snapshot: {type(snapshot).__name__}")
-        return snapshot
+        try:
+            raw = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise ValueError(f"not a coordinator snapshot: {err}") from None
+        if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+            raise ValueError(f"not a coordinator snapshot (expected format {FORMAT!r})")
+        if raw.get("version") != VERSION:
+            raise ValueError(f"coordinator snapshot version {raw.get('version')!r}, this venusrl reads {VERSION}")
+        try:
+            return CoordinatorSnapshot(
+                weight_version=int(raw["weight_version"]), prompts_consumed=int(raw["prompts_consumed"]),
+                ready=[_group(g) for g in raw["ready"]], running=[_group(g) for g in raw["running"]],
+                counts={str(k): int(v) for k, v in raw["counts"].items()},
+                next_group_id=int(raw["next_group_id"]), next_trajectory_id=int(raw["next_trajectory_id"]))
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise ValueError(f"coordinator snapshot: malformed field ({type(err).__name__}: {err})") from None
 
     def check(self) -> None:
         """Ready groups are complete; running ones are not; no group appears twice."""
@@ -54,3 +81,37 @@ def copy_groups(groups: list[Group]) -> list[Group]:
     """Deep copies, so the live coordinator can move on while the snapshot is written."""
     return copy.deepcopy(groups)
 
+
+# ---- JSON form: every field of Group, Trajectory, Turn and Prompt, enums by value -------------
+
+def _group_data(group: Group) -> dict[str, Any]:
+    data = {f.name: getattr(group, f.name) for f in fields(group)}
+    data.update(prompt=_prompt_data(group.prompt), status=group.status.value,
+                trajectories=[_trajectory_data(t) for t in group.trajectories])
+    return data
+
+
+def _group(data: dict[str, Any]) -> Group:
+    prompt = _prompt(data.pop("prompt"))
+    trajectories = [_trajectory(t, prompt) for t in data.pop("trajectories")]
+    return Group(prompt=prompt, trajectories=trajectories, status=GroupStatus(data.pop("status")), **data)
+
+
+def _trajectory_data(trajectory: Trajectory) -> dict[str, Any]:
+    data = {f.name: getattr(trajectory, f.name) for f in fields(trajectory) if f.name != "prompt"}
+    data.update(status=trajectory.status.value, turns=[asdict(turn) for turn in trajectory.turns])
+    return data
+
+
+def _trajectory(data: dict[str, Any], prompt: Prompt) -> Trajectory:
+    """A trajectory's prompt is its group's (one object, as the coordinator made it)."""
+    turns = [Turn(**turn) for turn in data.pop("turns")]
+    return Trajectory(prompt=prompt, status=TrajectoryStatus(data.pop("status")), turns=turns, **data)
+
+
+def _prompt_data(prompt: Prompt) -> dict[str, Any]:
+    return {"id": prompt.id, "messages": list(prompt.messages), "metadata": prompt.metadata}
+
+
+def _prompt(data: dict[str, Any]) -> Prompt:
+    return Prompt(id=str(data["id"]), messages=tuple(data["messages"]), metadata=dict(data["metadata"]))

@@ -14,6 +14,7 @@ import yaml
 
 from venusrl.cli_support import load_config_or_exit
 from venusrl.config import Config
+from venusrl.durable import write_atomic
 
 
 def train(
@@ -46,7 +47,7 @@ def resolve_run_dir(config: Config, run_dir: Path | None) -> Path:
 def run_training(config: Config, run_dir: Path, progress: bool = True) -> dict:
     """Write the resolved config and the log into `run_dir`, then train on the configured runtime."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
+    write_atomic(run_dir / "config.yaml", yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False))
     with _logging_to(run_dir / "train.log", config.run.log_level):
         if config.run.runtime == "ray":
             from venusrl.runtime.ray_runtime import train as train_on_ray

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from venusrl.config import Config
+from venusrl.durable import write_atomic
 from venusrl.metrics.writer import MetricsWriter
 from venusrl.runtime.ledger import TrainedLedger
 from venusrl.runtime.progress import TrainingProgress
@@ -69,7 +70,7 @@ class TrainingDriver:
             self.metrics.write({"kind": "summary", "time_s": self.now(), **summary})
         finally:
             self.metrics.close()
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+        write_atomic(self.run_dir / "summary.json", json.dumps(summary, indent=2))
         log.info("run finished: %s", summary)
         return summary
 

@@ -10,19 +10,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from venusrl.durable import append_durable, write_atomic
+
 
 class TrainedLedger:
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def record(self, step: int, weight_version: int, prompt_ids: list[str]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps({"step": step, "weight_version": weight_version, "prompt_ids": prompt_ids}) + "\n")
+        append_durable(self.path, json.dumps({"step": step, "weight_version": weight_version,
+                                              "prompt_ids": prompt_ids}) + "\n")
 
     def truncate_after(self, step: int) -> None:
+        """Atomic: a kill during the rewrite leaves the old ledger, never a half one."""
         kept = [entry for entry in self.entries() if entry["step"] <= step]
-        self.path.write_text("".join(json.dumps(entry) + "\n" for entry in kept))
+        write_atomic(self.path, "".join(json.dumps(entry) + "\n" for entry in kept))
 
     def entries(self) -> list[dict]:
         """Complete lines only: a line torn by a kill is not a step that happened."""
