@@ -135,17 +135,21 @@ def test_a_killed_rank_is_named_within_the_timeout(model_dir):
     group = _groups(model_dir)[0]
     trainer = ShardedTrainer(2, partial(load_policy, config, model_dir), config.trainer)
     failure: list[BaseException] = []
+    groups_in = threading.Semaphore(0)
 
     def train() -> None:
         try:
             while True:
                 trainer.accumulate(group)
+                groups_in.release()
         except Exception as err:
             failure.append(err)
+            groups_in.release()
 
     thread = threading.Thread(target=train, daemon=True)
     thread.start()
-    time.sleep(2.0)  # some groups in, the rank is killed mid-call
+    for _ in range(2):  # two groups in; the loop is then inside the third call when the rank is killed
+        assert groups_in.acquire(timeout=120) and not failure, failure
     pid = trainer.worker_pids[0]
     os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
