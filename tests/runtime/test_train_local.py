@@ -206,6 +206,39 @@ def test_aborted_engine_requests_resume_and_the_run_loses_nothing(tiny_model_dir
     assert trained_prompts(tmp_path) == all_prompts(config)
 
 
+def test_a_crashed_engine_is_rebuilt_and_its_turns_resume_without_failing(tiny_model_dir, tmp_path, caplog):
+    """The engine's forward raises once mid-run (an injected fault no request owns): the
+    embedded runtime rebuilds the engine, re-issues its in-flight turns from their partial
+    outputs, no trajectory fails, and every prompt is trained exactly once."""
+    in_flight_at_crash = []
+
+    async def crash_the_engine_once(rollout) -> None:
+        engine = rollout.async_engines[0]
+        while not await engine.acall(lambda e: e.request_ids()):
+            await asyncio.to_thread(engine.wait_iterations, 1, 30)
+
+        def arm(e) -> None:  # on the engine thread, between steps
+            model = e.runner.model
+
+            def crash(*args, **kwargs):
+                del model.hidden_states  # once: the rebuilt engine runs the real forward
+                in_flight_at_crash.extend(e.request_ids())
+                raise RuntimeError("injected engine crash")
+
+            model.hidden_states = crash
+
+        await engine.acall(arm)
+
+    config = run_config(tiny_model_dir, rollout={"max_new_tokens_per_turn": 24})
+    with caplog.at_level(logging.WARNING):
+        summary = asyncio.run(_run_with(config, tmp_path, crash_the_engine_once))
+    assert in_flight_at_crash
+    assert [r.getMessage() for r in caplog.records if "rebuilt" in r.getMessage()]
+    assert not [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert summary["steps"] == 4
+    assert trained_prompts(tmp_path) == all_prompts(config)
+
+
 def test_killed_sandboxes_and_node_agent_lose_no_prompt(tiny_model_dir, tmp_path):
     killed = {"sandboxes": 0, "node": None}
 
