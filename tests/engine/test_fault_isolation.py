@@ -39,6 +39,13 @@ def test_a_vanishing_temperature_is_greedy_not_nan():
         assert token == int(logits.argmax()) and logprob == logprob  # not NaN
 
 
+def test_a_vanishing_top_p_keeps_the_top_token():
+    logits = torch.randn(50, generator=torch.Generator().manual_seed(0))
+    for top_p in (1e-300, 5e-324, 1e-45):
+        token, _ = sample(logits, SamplingParams(top_p=top_p), torch.Generator().manual_seed(1))
+        assert token == int(logits.argmax())
+
+
 def test_extreme_temperature_and_seed_requests_are_served(tiny_model_dir):
     engine = make_engine(tiny_model_dir)
     reference = engine.generate([PROMPTS[0]], GREEDY)[0].output_ids
@@ -174,7 +181,8 @@ def test_extreme_sampling_over_http_leaves_the_engine_serving(tiny_model_dir):
     engine = make_engine(tiny_model_dir)
     runner = AsyncEngine(engine)
     with TestClient(create_app(runner, engine.tokenizer, "tiny")) as client:
-        for extreme in ({"temperature": 1e-300}, {"seed": 2**64}, {"seed": 2**63, "temperature": 2.0}):
+        for extreme in ({"temperature": 1e-300}, {"seed": 2**64}, {"seed": 2**63, "temperature": 2.0},
+                        {"top_p": 1e-300}, {"top_k": 2**63}, {"temperature": 1e308}):
             response = client.post("/v1/completions", json={"prompt": [5, 6, 7], "max_tokens": 4, **extreme})
             assert response.status_code in (200, 400), response.text  # refused or served; never a 5xx
         response = client.post("/v1/completions", json={"prompt": [5, 6, 7], "max_tokens": 4, "temperature": 0})

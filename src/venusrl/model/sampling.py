@@ -58,6 +58,7 @@ def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Genera
         cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
         # keep the smallest prefix whose mass reaches top_p (always at least one token)
         drop = cumulative - torch.softmax(sorted_logits, dim=-1) >= params.top_p
+        drop[0] = False  # a top_p below float32's smallest value (1e-300) rounds to 0 and would drop it too
         candidates[order[drop]] = float("-inf")
     probs = torch.softmax(candidates, dim=-1)
     if not bool(torch.isfinite(probs).all()):
