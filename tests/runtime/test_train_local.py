@@ -80,7 +80,9 @@ def test_train_then_resume_trains_each_prompt_once(tiny_model_dir, tmp_path):
     trained_weights = tmp_path / "checkpoints" / "step-000002" / "model"
     assert summary["accuracy_after"] == asyncio.run(held_out_accuracy(config, trained_weights))
     step = next(r for r in records if r["kind"] == "step")
-    assert {"reward_mean", "tokens_per_s", "kv_hit_rate", "grad_norm", "groups_ready"} <= step.keys()
+    assert {"reward_mean", "tokens_per_s", "kv_hit_rate", "grad_norm", "groups_ready", "engine_restarts",
+            "engine_live_trajectories"} <= step.keys()
+    assert summary["engine_restarts"] == 0
 
     resumed = train(run_config(tiny_model_dir, trainer={"steps": None}), tmp_path, progress=False)
     assert resumed["steps"] == 4  # 8 prompts / B=2, two of the steps done before
@@ -235,7 +237,7 @@ def test_a_crashed_engine_is_rebuilt_and_its_turns_resume_without_failing(tiny_m
     assert in_flight_at_crash
     assert [r.getMessage() for r in caplog.records if "rebuilt" in r.getMessage()]
     assert not [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
-    assert summary["steps"] == 4
+    assert summary["steps"] == 4 and summary["engine_restarts"] == 1
     assert trained_prompts(tmp_path) == all_prompts(config)
 
 

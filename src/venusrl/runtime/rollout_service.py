@@ -114,7 +114,9 @@ class RolloutService:
         prompt = sum(s["prompt_tokens"] for s in engine_stats)
         cached = sum(s["cached_tokens"] for s in engine_stats)
         stats = {"kv_hit_rate": cached / prompt if prompt else 0.0, "groups_ready": self.coordinator.ready_waiting,
-                 "live_trajectories": self.worker.live_trajectories}
+                 "live_trajectories": self.worker.live_trajectories,
+                 "engine_live_trajectories": sum(s["live_trajectories"] for s in engine_stats),
+                 "engine_restarts": sum(engine.restarts for engine in self.async_engines)}
         if self.cluster is not None:
             stats["sandboxes_live"] = len(self.cluster.controller.routes)
         return stats
