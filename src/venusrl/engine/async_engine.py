@@ -84,10 +84,12 @@ class AsyncEngine:
         return await asyncio.wrap_future(self.call(fn))
 
     def wait_iterations(self, count: int, timeout: float) -> bool:
-        """Block until the engine loop has run `count` more iterations; False on timeout."""
+        """Block until the engine loop has run `count` more iterations (or stopped); False on
+        timeout."""
         with self._progress:
             target = self.iterations + count
-            return self._progress.wait_for(lambda: self.iterations >= target or not self.alive, timeout)
+            return self._progress.wait_for(
+                lambda: self.iterations >= target or self._error is not None or self._stopping.is_set(), timeout)
 
     async def generate(
         self,
