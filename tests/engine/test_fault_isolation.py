@@ -17,7 +17,7 @@ from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
 from venusrl.engine.server import create_app
 from venusrl.model.sampling import sample
-from venusrl.types import SamplingParams
+from venusrl.types import Priority, SamplingParams
 
 GREEDY = SamplingParams(max_new_tokens=6, temperature=0, stop_token_ids=(-1,))
 PROMPTS = [list(range(3, 19)), list(range(40, 52)), list(range(70, 90))]
@@ -152,6 +152,23 @@ def test_a_crash_inside_a_step_rebuilds_the_engine_and_resumes_every_request(tin
         # the consumer saw every token exactly once across the re-issue
         assert [t for o in outputs for t in o.new_token_ids] == final.output_ids
     assert runner.engine is not engine and runner.engine.scheduler.cache.trajectories.keys() >= {"t3", "t40", "t70"}
+
+
+def test_a_rebuilt_engine_keeps_trajectories_versions_and_fresh_request_ids(tiny_model_dir):
+    engine = make_engine(tiny_model_dir)
+    old_ids = [engine.add_request(p, GREEDY) for p in PROMPTS]
+    engine.start_trajectory("kept", Priority.HIGH)
+    engine.step()
+    engine.set_priority("kept", Priority.PROMOTED)  # queued, not yet applied: carried over too
+    engine.start_trajectory("gone", Priority.LOW)
+    engine.release_trajectory("gone")
+    engine.weight_version = 7
+    fresh = engine.rebuilt()
+    assert fresh.weight_version == 7 and engine.runner is None  # the old KV pool is let go
+    assert fresh.add_request(PROMPTS[0], GREEDY) not in old_ids
+    fresh.step()
+    assert {k: t.priority for k, t in fresh.scheduler.cache.trajectories.items() if isinstance(k, str)} == {
+        "kept": Priority.PROMOTED}
 
 
 def test_an_engine_past_its_restarts_is_dead_and_health_says_so(tiny_model_dir):

@@ -174,6 +174,7 @@ class Engine:
         self.runner = None  # the old KV pool goes before a new one is allocated (a GPU holds one)
         fresh = Engine(model, self.config, self.tokenizer, self.seed + 1, self.clock)
         fresh.weight_version, fresh._pending_weights = self.weight_version, self._pending_weights
+        fresh._ids = self._ids  # re-issued requests keep their ids: new ones must not collide
         for trajectory_id, priority in trajectories.items():
             if isinstance(trajectory_id, str):
                 fresh.start_trajectory(trajectory_id, priority)
