@@ -5,7 +5,7 @@ Single-threaded and step-driven: `step()` applies what was queued since the last
 what each request produced. `AsyncEngine` drives it from a thread for asyncio callers.
 
 Fault isolation: a request whose sampling fails inside a step is failed alone (finish reason
-"error", its KV freed) and the step goes on for the rest of the batch. Caller trajectories
+"error", its KV unlocked) and the step goes on for the rest of the batch. Caller trajectories
 live until released, or until idle for `trajectory_idle_ttl_s` (a client that forgot them).
 """
 
@@ -169,15 +169,14 @@ class Engine:
         step: new scheduler, KV pool and runner; the weight version, owed weights and the
         caller trajectories with their declared priorities carried over. Its requests are
         the caller's to re-issue (`AsyncEngine` does)."""
-        trajectories = self.scheduler.cache.declared_priorities()
+        trajectories = {k: p for k, p in self.scheduler.cache.declared_priorities().items() if isinstance(k, str)}
         model = self.runner.model
         self.runner = None  # the old KV pool goes before a new one is allocated (a GPU holds one)
         fresh = Engine(model, self.config, self.tokenizer, self.seed + 1, self.clock)
         fresh.weight_version, fresh._pending_weights = self.weight_version, self._pending_weights
         fresh._ids = self._ids  # re-issued requests keep their ids: new ones must not collide
         for trajectory_id, priority in trajectories.items():
-            if isinstance(trajectory_id, str):
-                fresh.start_trajectory(trajectory_id, priority)
+            fresh.start_trajectory(trajectory_id, priority)
         log.warning("engine rebuilt at weight version %d with %d live trajectories", fresh.weight_version,
                     len(trajectories))
         return fresh
@@ -201,7 +200,8 @@ class Engine:
         batch = self.scheduler.schedule()
         self.last_step_idle = not batch and not updated
         sampled = self.runner.run(batch)
-        # aborted before on_batch_done, which then skips them: their KV is freed, not kept
+        # aborted before on_batch_done, which then skips them: their private pages are freed and
+        # their computed prefix left to the cache unlocked (evictable), as for any aborted request
         outputs = [self._fail(request_id, err) for request_id, err in sampled.errors.items()]
         stopped = []
         for request_id, token in sampled.tokens.items():
