@@ -154,6 +154,45 @@ def test_a_crash_inside_a_step_rebuilds_the_engine_and_resumes_every_request(tin
     assert runner.engine is not engine and runner.engine.scheduler.cache.trajectories.keys() >= {"t3", "t40", "t70"}
 
 
+POISON = 97  # a token the injected fault makes the forward fail on, every time
+
+
+def test_a_request_the_forward_always_crashes_on_fails_alone(tiny_model_dir):
+    """Crash 1: everything re-issued; crash 2 in a row: the batch is held and re-issued one
+    request at a time; the crash with the poison as the probe fails it alone. The others
+    finish with the tokens they would have had, and the engine stays up."""
+    engine = make_engine(tiny_model_dir)
+    long = SamplingParams(max_new_tokens=8, temperature=0, stop_token_ids=(-1,))
+    reference = [o.output_ids for o in engine.generate(PROMPTS, long)]
+    model, real = engine.runner.model, engine.runner.model.hidden_states
+
+    def crashing(ids, *args, **kwargs):
+        if bool((ids == POISON).any()):
+            raise RuntimeError("injected fault: the forward cannot take this input")
+        return real(ids, *args, **kwargs)
+
+    model.hidden_states = crashing
+    runner = AsyncEngine(engine)
+
+    async def one(prompt):
+        last = None
+        async for last in runner.generate(prompt, long):  # noqa: B007 (the final output)
+            pass
+        return last
+
+    async def scenario():
+        results = await asyncio.gather(one([POISON, 5, 6, 7]), *(one(p) for p in PROMPTS), return_exceptions=True)
+        return results, await one(PROMPTS[1]), runner.alive
+
+    try:
+        (poisoned, *others), after, alive = asyncio.run(scenario())
+    finally:
+        asyncio.run(runner.shutdown())
+    assert isinstance(poisoned, RequestFailed) and "crashed on it" in str(poisoned)
+    assert [o.output_ids for o in others] == reference
+    assert after.output_ids == reference[1] and alive and runner.restarts == 3
+
+
 def test_a_rebuilt_engine_keeps_trajectories_versions_and_fresh_request_ids(tiny_model_dir):
     engine = make_engine(tiny_model_dir)
     old_ids = [engine.add_request(p, GREEDY) for p in PROMPTS]

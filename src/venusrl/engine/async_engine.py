@@ -5,9 +5,12 @@ itself stays single-threaded; results come back through futures and per-request 
 A crash inside a step (an exception no single request owns: the forward, the scheduler) does
 not end the service: the thread rebuilds the engine over the same weights (`Engine.rebuilt`)
 and re-issues every in-flight request from its partial output, so callers see one stream
-that carries on. `EngineConfig.max_restarts` crashes in a row (no step completed between
-them) and the engine is dead: every request fails with `EngineStopped` and `alive` is
-False (the HTTP server's /health answers 503, so a supervisor restarts the process)."""
+that carries on. A second crash in a row may be a request's doing (an input the forward
+cannot take): the requests of that crash's batch are held and re-issued one at a time, each
+a probe until it has run one step, and a crash with a probe in its batch fails that probe
+alone. `EngineConfig.max_restarts` crashes in a row (no step completed between them) and
+the engine is dead: every request fails with `EngineStopped` and `alive` is False (the HTTP
+server's /health answers 503, so a supervisor restarts the process)."""
 
 from __future__ import annotations
 
@@ -57,6 +60,8 @@ class AsyncEngine:
         self._progress = threading.Condition()
         self._commands: queue.Queue[tuple[Callable[[], Any], Future]] = queue.Queue()
         self._streams: dict[str, _Stream] = {}
+        self._held: list[str] = []  # suspects of repeated crashes, not yet re-issued
+        self._probe: str | None = None  # the suspect re-issued last, until it has run one step
         self._stopping = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name="venusrl-engine", daemon=True)
@@ -133,6 +138,8 @@ class AsyncEngine:
         request had already finished."""
 
         def abort(engine: Engine) -> RequestOutput | None:
+            if request_id in self._held:
+                return self._abort_held(request_id)
             if request_id not in engine.request_ids():
                 return None
             output = self._deliver(engine.abort(request_id))
@@ -148,8 +155,22 @@ class AsyncEngine:
 
     def _abort_if_live(self, engine: Engine, request_id: str) -> None:
         if self._streams.pop(request_id, None) is not None:
-            engine.abort(request_id)
+            if request_id in self._held:
+                self._held.remove(request_id)
+            else:
+                engine.abort(request_id)
             log.info("request %s aborted by its caller", request_id)
+
+    def _abort_held(self, request_id: str) -> RequestOutput | None:
+        """A held request is in no engine: its abort is its last delivered output."""
+        self._held.remove(request_id)
+        stream = self._streams[request_id]
+        if stream.delivered is None:
+            del self._streams[request_id]
+            stream.loop.call_soon_threadsafe(stream.queue.put_nowait, RequestFailed(f"request {request_id} aborted"))
+            return None
+        return self._deliver(replace(stream.delivered, new_token_ids=[], new_logprobs=[], finished=True,
+                                     finish_reason="abort"))
 
     def _loop(self) -> None:
         crashes = 0  # in a row, with no step completed between them
@@ -159,6 +180,11 @@ class AsyncEngine:
         try:
             while not self._stopping.is_set():
                 try:
+                    if self._probe not in self._streams:
+                        self._probe = None  # ended (finished, aborted, failed): the next one may go
+                    if self._probe is None and self._held:
+                        self._probe_next()
+                        idle = False
                     if self._run_commands(block=not self.engine.has_work or idle):
                         idle = False
                     self.engine.release_idle_trajectories()
@@ -166,13 +192,14 @@ class AsyncEngine:
                         for output in self.engine.step():
                             self._deliver(output)
                         idle, crashes = self.engine.last_step_idle, 0
+                        if self._probe in self.engine.batch_ids:
+                            self._probe = None  # it ran a step: cleared
                 except Exception:
                     crashes += 1
                     if crashes > self.engine.config.max_restarts:
                         raise
-                    log.exception("engine crashed (%d in a row); rebuilding it and re-issuing %d requests",
-                                  crashes, len(self._streams))
-                    self._restart()
+                    log.exception("engine crashed (%d in a row); rebuilding it", crashes)
+                    self._restart(crashes)
                     idle = False
                 with self._progress:
                     self.iterations += 1
@@ -185,11 +212,32 @@ class AsyncEngine:
             with self._progress:
                 self._progress.notify_all()
 
-    def _restart(self) -> None:
+    def _restart(self, crashes: int) -> None:
+        """Rebuild the engine; re-issue its requests, but for a probe in the crash's batch
+        (failed alone) and, from the second crash in a row, the rest of that batch (held)."""
+        crashed = set(self.engine.batch_ids)
+        failed = self._probe if self._probe in crashed else None
+        if failed is not None:
+            self._probe = None
+        elif crashes >= 2:
+            self._held += [rid for rid in self.engine.batch_ids if rid in self._streams and rid != self._probe]
         self.engine = self.engine.rebuilt()
         self.restarts += 1
         for request_id, stream in list(self._streams.items()):
-            self._reissue(request_id, stream)
+            if request_id == failed:
+                del self._streams[request_id]
+                log.warning("request %s failed alone: the engine crashed with it in the batch", request_id)
+                stream.loop.call_soon_threadsafe(stream.queue.put_nowait, RequestFailed(
+                    f"request {request_id} failed: the engine crashed on it (it was re-issued alone)"))
+            elif request_id not in self._held:
+                self._reissue(request_id, stream)
+        log.info("engine rebuilt: %d requests re-issued, %d held to re-issue one at a time",
+                 len(self._streams) - len(self._held), len(self._held))
+
+    def _probe_next(self) -> None:
+        request_id = self._held.pop(0)
+        self._probe = request_id
+        self._reissue(request_id, self._streams[request_id])
 
     def _reissue(self, request_id: str, stream: _Stream) -> None:
         """Add the request again, its prompt extended by what it had produced; its later

@@ -77,6 +77,9 @@ class Engine:
         # The engine's state changes only by steps and calls, so until a call arrives (a
         # request, a release, a priority change) the next step would find the same nothing.
         self.last_step_idle = False
+        # the requests of the current (or last) step's batch: after a crash inside a step, the
+        # requests the crash may be down to
+        self.batch_ids: list[str] = []
         self._pending_weights: tuple[dict[str, torch.Tensor], int] | None = None
         self._tracked: dict[str, _Tracked] = {}
         self._ids = itertools.count()
@@ -197,7 +200,9 @@ class Engine:
             dropped = self.scheduler.drop_all_kv() if self.config.kv_after_weight_update == "recompute" else 0
             log.info("weights updated to version %d (%d cached KV tokens dropped)", version, dropped)
         self.release_idle_trajectories()
+        self.batch_ids = []
         batch = self.scheduler.schedule()
+        self.batch_ids = [item.request_id for item in batch.items]
         self.last_step_idle = not batch and not updated
         sampled = self.runner.run(batch)
         # aborted before on_batch_done, which then skips them: their private pages are freed and
