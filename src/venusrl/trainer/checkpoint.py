@@ -162,6 +162,7 @@ def load_checkpoint(path: Path) -> Checkpoint:
         snapshot = CoordinatorSnapshot.from_bytes((path / SNAPSHOT).read_bytes())
     except (OSError, ValueError, TypeError) as err:
         raise CheckpointError(f"unreadable: {err}") from None
+    log.info("checkpoint %s verified against its manifest", path)
     return Checkpoint(path, state, snapshot)
 
 
