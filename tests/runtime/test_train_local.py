@@ -162,6 +162,16 @@ def test_a_corrupt_newest_checkpoint_resumes_from_the_previous_one(tiny_model_di
         assert trained_prompts(run_dir) == all_prompts(config), name
 
 
+def test_a_run_killed_before_its_first_checkpoint_starts_over_with_a_clean_ledger(tiny_model_dir, tmp_path):
+    """The ledger had a step but no checkpoint was written: the run starts from the
+    beginning and the ledger says each prompt was trained once."""
+    config = run_config(tiny_model_dir, data={"generate_eval": 0})
+    TrainedLedger(tmp_path / "trained.jsonl").record(1, 1, ["calc-0-6", "calc-0-7"])
+    summary = train(config, tmp_path, progress=False)
+    assert summary["steps"] == 4
+    assert trained_prompts(tmp_path) == all_prompts(config)
+
+
 def test_a_run_whose_every_checkpoint_is_corrupt_stops_with_the_list(tiny_model_dir, tmp_path):
     config = run_config(tiny_model_dir, trainer={"steps": 2}, data={"generate_eval": 0})
     train(config, tmp_path, progress=False)

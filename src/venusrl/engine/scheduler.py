@@ -626,6 +626,8 @@ class Scheduler:
                 raise AssertionError(f"waiting request {request.request_id} holds KV")
         if len(self.running) + len(self.waiting) != len(self.requests):
             raise AssertionError("request table disagrees with the queues")
+        if not self._idle_since.keys() <= self.cache.trajectories.keys():
+            raise AssertionError("an idle clock runs for a trajectory that is not live")
         tree_pages = self.cache.check_integrity(locks)
         self.allocator.check_integrity(tree_pages + private)
         if self.host is not None:

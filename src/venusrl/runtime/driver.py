@@ -45,7 +45,9 @@ class TrainingDriver:
         self.version = state.weight_version if state else 0
         self.elapsed_before = state.elapsed_s if state else 0.0
         self.accuracy_before = state.accuracy_before if state else None
-        if state is not None:
+        # steps past the checkpoint (all of them when a run killed before its first checkpoint
+        # starts over) died with the process; a torn last line goes too
+        if self.ledger.path.exists():
             self.ledger.truncate_after(self.step)
 
     def now(self) -> float:
