@@ -1,7 +1,7 @@
 """The `process` backend: sandboxes are forks of a template zygote in their own namespaces
-and cgroups (see sandbox_init.py). This module is the node-side half: it prepares a
-sandbox's cgroup and layer, asks the pool to fork it, and talks to its init over the
-sandbox's channel."""
+and cgroups (see sandbox_init.py). This module is the node-side half: it leases the
+sandbox's host uid, prepares its cgroup and its layer on a quota-limited filesystem, asks
+the pool to fork it, and talks to its init over the sandbox's channel."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ from venusrl.sandbox.cgroups import Cgroup
 from venusrl.sandbox.errors import InvalidRequest, SandboxError, SandboxUnavailable, TemplateError
 from venusrl.sandbox.layer import Layer
 from venusrl.sandbox.memory import process_memory
-from venusrl.sandbox.spec import SandboxSpec
+from venusrl.sandbox.quota import QuotaDir, make_quota_dir
+from venusrl.sandbox.spec import SANDBOX_UID, SandboxSpec
+from venusrl.sandbox.subuid import UidAllocator, UidLease, subuid_range
 from venusrl.sandbox.template import Template
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,8 @@ class SandboxProcess:
     layer: Layer
     root: Path
     session: dict[str, Any]
+    uid: UidLease  # this sandbox's own host uid, held until it is destroyed
+    quota: QuotaDir  # the filesystem its layer lives on
     channel: socket.socket | None = None
     stream: Any = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -96,6 +100,8 @@ class SandboxProcess:
             "oom_kills": self.cgroup.oom_kills(),
             "pids_refused": self.cgroup.pids_events_max(),
             "paused": self.paused,
+            "uid": self.uid.uid,
+            **self.quota.usage(),
         }
 
 
@@ -112,6 +118,7 @@ class ProcessBackend:
         self._pools: dict[str, TemplatePool] = {}
         self._pool_lock = threading.Lock()
         self._binds = system_read_only_binds()
+        self._uids = UidAllocator(subuid_range(), reserved=frozenset({SANDBOX_UID}))
 
     def pool(self, template: Template) -> TemplatePool:
         with self._pool_lock:
@@ -130,20 +137,27 @@ class ProcessBackend:
             raise InvalidRequest(f"sandbox_id: {sandbox_id!r} already exists on this node")
         pool = self.pool(template)
         base = self.workdir / "sandboxes" / sandbox_id
-        layer = Layer(base / "layer")
-        layer.create()
-        if layer_archive is not None:
-            layer.unpack(layer_archive)
-        root = base / "root"
-        root.mkdir(parents=True, exist_ok=True)
-        cgroup = self.node_cgroup.child(f"sb-{sandbox_id}").create()
-        cgroup.set_memory_limit(memory_limit)
-        cgroup.release_oom()  # past its own size a sandbox loses its largest command
-        cgroup.set_pids_limit(self.pids_limit)
-        sandbox = SandboxProcess(sandbox_id, template, group_id, memory_limit, cgroup, layer, root, session or {})
+        uid = self._uids.acquire()
+        try:
+            quota = make_quota_dir(base / "layer", int(template.disk_quota), template.inode_quota)
+        except BaseException as err:
+            uid.release()
+            if isinstance(err, ValueError):
+                raise InvalidRequest(f"template {template.name}: {err}") from None
+            raise
+        sandbox = SandboxProcess(sandbox_id, template, group_id, memory_limit, self.node_cgroup.child(f"sb-{sandbox_id}"),
+                                 Layer(base / "layer"), base / "root", session or {}, uid, quota)
         with self._sandboxes_lock:
             self.sandboxes[sandbox_id] = sandbox
         try:
+            sandbox.layer.create()
+            if layer_archive is not None:
+                sandbox.layer.unpack(layer_archive)
+            sandbox.root.mkdir(parents=True, exist_ok=True)
+            sandbox.cgroup.create()
+            sandbox.cgroup.set_memory_limit(memory_limit)
+            sandbox.cgroup.release_oom()  # past its own size a sandbox loses its largest command
+            sandbox.cgroup.set_pids_limit(self.pids_limit)
             self.start(sandbox, pool)
         except BaseException:
             self.destroy(sandbox_id)
@@ -166,6 +180,9 @@ class ProcessBackend:
             tmp=str(sandbox.layer.tmp),
             read_only_binds=self._binds,
             run_setup=not pool.share_pages,
+            uid=sandbox.uid.uid,
+            disk_quota=sandbox.quota.size,
+            inode_quota=sandbox.quota.inodes,
             session_cwd=sandbox.session.get("cwd", "/workspace"),
             session_env=sandbox.session.get("env", {}),
         )
@@ -236,7 +253,9 @@ class ProcessBackend:
         sandbox.cgroup.remove()
         with sandbox.lock:
             sandbox.disconnect()
+        sandbox.quota.remove()
         sandbox.layer.remove()
+        sandbox.uid.release()  # only now: no process of the sandbox is left to run as it
         try:
             sandbox.root.rmdir()
             sandbox.root.parent.rmdir()

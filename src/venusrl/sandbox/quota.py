@@ -1,0 +1,88 @@
+"""Disk and inode quotas: a directory that is a private, size-limited filesystem.
+
+`make_quota_dir(path, size, inodes)` mounts at `path` a fresh ext4 filesystem of `size`
+bytes and at least `inodes` inodes, kept in a sparse image file next to it. A sandbox's
+writable layer (overlay upper, work and /tmp) lives there, so writing past the quota fails
+inside the sandbox with ENOSPC and can never fill the host's disk: the host pays at most
+`size` bytes, and only for blocks actually written.
+
+Why this and not another limit:
+- tmpfs `size=`/`nr_inodes=` limits memory, not disk: its pages are charged to the
+  sandbox's memory cgroup, so a large checkout would count as memory growth in admission
+  (Algorithm 1) and could not be written back to disk under pressure.
+- Project quotas (XFS `prjquota`, ext4 `project`) would share one filesystem per node, but
+  need the host filesystem mounted with them and a kernel with quota formats built in; this
+  machine's kernel has neither (no CONFIG_QFMT_V2, no CONFIG_XFS_QUOTA), and many hosts lack
+  the mount option.
+- A loop-mounted ext4 needs only the loop and ext4 drivers, limits bytes and inodes exactly,
+  and isolates filesystem metadata too: one sandbox's full disk is nobody else's.
+The filesystem has no journal: a sandbox's layer does not outlive its node agent, so crash
+consistency buys nothing, and the journal would cost writes and space.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from venusrl.sandbox import linux
+
+INODE_BYTES = 256  # ext4 inode size: room for nanosecond and post-2038 timestamps
+BLOCK_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class QuotaDir:
+    path: Path  # the mount point: everything below it counts against the quota
+    image: Path  # the sparse image file behind it
+    size: int
+    inodes: int
+
+    def usage(self) -> dict[str, int]:
+        st = os.statvfs(self.path)
+        return {"disk_used_bytes": (st.f_blocks - st.f_bfree) * st.f_frsize,
+                "disk_quota_bytes": st.f_blocks * st.f_frsize,
+                "inodes_used": st.f_files - st.f_ffree, "inode_quota": st.f_files}
+
+    def remove(self) -> None:
+        """Detach the filesystem (the kernel frees it once no namespace holds it) and
+        delete its image; safe to call twice."""
+        try:
+            linux.umount(str(self.path), linux.MNT_DETACH)
+        except OSError as err:
+            if err.errno not in (errno.EINVAL, errno.ENOENT):  # not mounted (any more), or gone
+                raise
+        self.image.unlink(missing_ok=True)
+
+
+def make_quota_dir(path: Path, size: int, inodes: int, image: Path | None = None) -> QuotaDir:
+    """Mount a new, empty filesystem of `size` bytes and at least `inodes` inodes at `path`
+    (created if missing; must be empty). Raises ValueError naming the limit mkfs refused."""
+    image = image or path.with_name(path.name + ".img")
+    path.mkdir(parents=True, exist_ok=True)
+    if any(path.iterdir()):
+        raise ValueError(f"quota directory {path} is not empty")
+    with open(image, "wb") as f:
+        f.truncate(size)  # sparse: host blocks are used only as the sandbox writes
+    quota = QuotaDir(path, image, size, inodes)
+    try:
+        _run(["mkfs.ext4", "-q", "-F", "-b", str(BLOCK_BYTES), "-I", str(INODE_BYTES), "-N", str(inodes),
+              "-m", "0", "-O", "^has_journal", "-E", "nodiscard,lazy_itable_init=1", str(image)],
+             f"disk_quota={size} bytes with inode_quota={inodes}", ValueError)
+        # noinit_itable: no background zeroing of inode tables (it would write them all to
+        # the image); the group descriptors' checksums say which inodes were never used.
+        _run(["mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime,noinit_itable", str(image), str(path)],
+             f"mount of {image}", OSError)
+    except BaseException:
+        quota.remove()
+        raise
+    return quota
+
+
+def _run(argv: list[str], what: str, error: type[Exception]) -> None:
+    done = subprocess.run(argv, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise error(f"{what}: {argv[0]} failed ({done.stderr.strip() or done.returncode})")
