@@ -33,6 +33,7 @@ from venusrl.sandbox.template import Template, run_python_setup
 NAMESPACES = linux.CLONE_NEWNS | linux.CLONE_NEWNET | linux.CLONE_NEWIPC | linux.CLONE_NEWUTS | linux.CLONE_NEWPID
 DEVICES = ("null", "zero", "full", "random", "urandom")
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+SESSION_STATE_DIR = "/run/venusrl"  # a small tmpfs of its own: the disk quota never blocks the session
 
 
 def become_sandbox(spec: SandboxSpec, channel: socket.socket, template: Template, namespace: dict) -> None:
@@ -77,7 +78,7 @@ def _run_init(spec: SandboxSpec, channel: socket.socket, template: Template, nam
         _build_root(spec)
         _restrict(spec)
         _reseed()
-        session = ShellSession(spec.session_cwd, spec.session_env or _base_env())
+        session = ShellSession(spec.session_cwd, spec.session_env or _base_env(), SESSION_STATE_DIR)
         if spec.run_setup:
             run_python_setup(template, namespace)
         if template.python_start:
@@ -110,6 +111,9 @@ def _build_root(spec: SandboxSpec) -> None:
         if os.path.exists(path):
             _bind(path, root, read_only=True)
     _build_dev(root)
+    os.makedirs(f"{root}{SESSION_STATE_DIR}")
+    linux.mount("tmpfs", f"{root}{SESSION_STATE_DIR}", "tmpfs", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC,
+                f"size=1m,nr_inodes=64,mode=700,uid={spec.uid},gid={spec.uid}")
     os.makedirs(f"{root}/workspace")
     linux.mount("overlay", f"{root}/workspace", "overlay", linux.MS_NOSUID | linux.MS_NODEV,
                 f"lowerdir={lower},upperdir={upper},workdir={work}")

@@ -106,17 +106,18 @@ DENIED: tuple[Denial, ...] = (
     Denial("fspick", "new mount API: changes the filesystem view"),
     Denial("mount_setattr", "new mount API: changes the filesystem view"),
     Denial("open_by_handle_at", "opens files by handle, around every path check (the 'shocker' escape)"),
-    # Host-wide state: the node's clock, swap, accounting, console and power.
-    Denial("reboot", "host power state"),
-    Denial("swapon", "host swap"),
-    Denial("swapoff", "host swap"),
-    Denial("acct", "host process accounting"),
-    Denial("settimeofday", "host clock"),
-    Denial("clock_settime", "host clock"),
-    Denial("clock_adjtime", "host clock"),
+    # Host-wide state: the node's clock, swap, accounting, console and power. These need
+    # capabilities the sandbox lacks; the filter is the second wall.
+    Denial("reboot", "reboots or halts the host"),
+    Denial("swapon", "changes the host's swap devices"),
+    Denial("swapoff", "changes the host's swap devices"),
+    Denial("acct", "switches the host's process accounting"),
+    Denial("settimeofday", "sets the host's clock"),
+    Denial("clock_settime", "sets the host's clock"),
+    Denial("clock_adjtime", "adjusts the host's clock"),
     Denial("syslog", "kernel log: kernel addresses and other tenants' messages"),
-    Denial("iopl", "raw I/O port access"),
-    Denial("ioperm", "raw I/O port access"),
+    Denial("iopl", "raw I/O port access to the host's hardware"),
+    Denial("ioperm", "raw I/O port access to the host's hardware"),
 )
 
 # Syscall numbers (x86-64: asm/unistd_64.h; aarch64: asm-generic/unistd.h). A syscall the
