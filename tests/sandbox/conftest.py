@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from tests.sandbox.cluster_helpers import CREATED_CGROUP_ROOTS, MiB, make_cluster
+from tests.sandbox.cluster_helpers import CREATED, MiB, make_cluster
 
 from venusrl.sandbox.cgroups import CGROUP_ROOT, detect_layout
 
@@ -34,12 +34,15 @@ def _skip_unless_privileged(request):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _no_leaked_cgroups():
+def _no_leaked_cgroups_or_mounts():
     yield
     if privileged():
         layout = detect_layout()
-        leaked = [rel for rel in CREATED_CGROUP_ROOTS if any(d.exists() for d in layout.dirs(rel))]
+        leaked = [c.cgroup_root for c in CREATED if any(d.exists() for d in layout.dirs(c.cgroup_root))]
         assert not leaked, f"tests leaked cgroups: {leaked}"
+        mounts = Path("/proc/self/mountinfo").read_text()
+        leaked = [str(c.workdir) for c in CREATED if f" {c.workdir}/" in mounts]
+        assert not leaked, f"tests leaked mounts (quota filesystems) under: {leaked}"
 
 
 @pytest.fixture(scope="module")

@@ -82,3 +82,14 @@ def test_template_quota_fields_are_validated_by_name():
         Template(name="t", disk_quota="1MiB")
     with pytest.raises(ValidationError, match="inode_quota"):
         Template(name="t", inode_quota=3)
+
+
+@pytest.mark.needs_root
+def test_mounts_left_by_a_dead_agent_are_released(tmp_path):
+    from venusrl.sandbox.quota import release_mounts_under
+
+    quotas = [make_quota_dir(tmp_path / "sandboxes" / name / "layer", 8 * MiB, 128) for name in ("a", "b c")]
+    assert all(os.path.ismount(q.path) for q in quotas)
+    assert release_mounts_under(tmp_path / "sandboxes") == 2
+    assert not any(os.path.ismount(q.path) for q in quotas)
+    assert release_mounts_under(tmp_path / "sandboxes") == 0

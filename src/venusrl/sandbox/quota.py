@@ -82,6 +82,29 @@ def make_quota_dir(path: Path, size: int, inodes: int, image: Path | None = None
     return quota
 
 
+def release_mounts_under(path: Path) -> int:
+    """Detach every mount at or below `path`, deepest first: the quota filesystems a dead
+    node agent could not unmount. Returns how many were detached."""
+    base = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        points = [_unescape(line.split()[4]) for line in f]
+    inside = [p for p in points if p == base or p.startswith(base.rstrip("/") + "/")]
+    for point in sorted(set(inside), key=len, reverse=True):
+        try:
+            linux.umount(point, linux.MNT_DETACH)
+        except OSError as err:
+            if err.errno != errno.EINVAL:  # already detached with its parent
+                raise
+    return len(set(inside))
+
+
+def _unescape(field: str) -> str:
+    """mountinfo writes space, tab, newline and backslash as octal escapes."""
+    for code in ("040", "011", "012", "134"):
+        field = field.replace("\\" + code, chr(int(code, 8)))
+    return field
+
+
 def _run(argv: list[str], what: str, error: type[Exception]) -> None:
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:

@@ -61,8 +61,9 @@ class Template(BaseModel):
                 raise TemplateError(
                     f"template {self.name}: setup command {command!r} exited {done.returncode}: {done.stderr.strip()[-500:]}"
                 )
-        # Sandboxes run as SANDBOX_UID and own their workspace: they may change any template
-        # file, which overlayfs copies up into their own layer (the template never changes).
+        # Layers are owned on disk by SANDBOX_UID; each sandbox sees them as its own uid's
+        # (idmap.py) and may change any template file, which overlayfs copies up into its
+        # own layer (the template never changes).
         for path in [lower, *lower.rglob("*")]:
             os.lchown(path, SANDBOX_UID, SANDBOX_UID)
 

@@ -23,7 +23,7 @@ from venusrl.sandbox.cgroups import Cgroup
 from venusrl.sandbox.errors import InvalidRequest, SandboxError, SandboxUnavailable, TemplateError
 from venusrl.sandbox.layer import Layer
 from venusrl.sandbox.memory import process_memory
-from venusrl.sandbox.quota import QuotaDir, make_quota_dir
+from venusrl.sandbox.quota import QuotaDir, make_quota_dir, release_mounts_under
 from venusrl.sandbox.spec import SANDBOX_UID, SandboxSpec
 from venusrl.sandbox.subuid import UidAllocator, UidLease, subuid_range
 from venusrl.sandbox.template import Template
@@ -119,6 +119,9 @@ class ProcessBackend:
         self._pool_lock = threading.Lock()
         self._binds = system_read_only_binds()
         self._uids = UidAllocator(subuid_range(), reserved=frozenset({SANDBOX_UID}))
+        stale = release_mounts_under(workdir / "sandboxes")  # left by an agent that died on this workdir
+        if stale:
+            log.warning("node workdir %s: detached %d quota filesystems of a previous agent", workdir, stale)
 
     def pool(self, template: Template) -> TemplatePool:
         with self._pool_lock:
