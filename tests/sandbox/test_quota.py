@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -93,3 +94,33 @@ def test_mounts_left_by_a_dead_agent_are_released(tmp_path):
     assert release_mounts_under(tmp_path / "sandboxes") == 2
     assert not any(os.path.ismount(q.path) for q in quotas)
     assert release_mounts_under(tmp_path / "sandboxes") == 0
+
+
+@pytest.mark.needs_root
+def test_spares_are_made_ahead_each_its_own_filesystem(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from venusrl.sandbox.quota import SpareQuotaDirs
+
+    worker = ThreadPoolExecutor(max_workers=1)
+    spares = SpareQuotaDirs(tmp_path / "spare", tmp_path / "blanks", worker.submit, keep=2)
+    taken = []
+    try:
+        taken.append(spares.take(tmp_path / "sb" / "first", 8 * MiB, 128))  # none ready: made on the spot
+        worker.submit(lambda: None).result()  # the worker has made the two spares
+        assert len(list((tmp_path / "spare").iterdir())) == 2
+        taken += [spares.take(tmp_path / "sb" / name, 8 * MiB, 128) for name in ("second", "third")]
+        for quota in taken:
+            assert os.path.ismount(quota.path) and quota.path.parent.parent == tmp_path / "sb"
+        (taken[1].path / "only-here").write_text("x")
+        assert not (taken[2].path / "only-here").exists()
+        assert _fill(taken[1].path / "big", b"x" * MiB)[1] == errno.ENOSPC
+        assert _fill(taken[2].path / "big", b"x" * MiB)[0] > 4 * MiB  # its neighbour's full disk is not its own
+    finally:
+        worker.shutdown(wait=True)
+        spares.close()
+        for quota in taken:
+            quota.remove()
+    assert not list((tmp_path / "spare").iterdir())
+    mount_points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    assert not [p for p in mount_points if p.startswith(str(tmp_path))]

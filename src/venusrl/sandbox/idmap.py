@@ -20,39 +20,15 @@ def identity_plus(layer_uid: int, sandbox_uid: int) -> str:
     return f"0 0 1\n{layer_uid} {sandbox_uid} 1\n"
 
 
-def user_namespace_fd(mapping: str, proc: str = "/proc") -> int:
-    """An fd of a new user namespace with `mapping` for uids and gids. A child process
-    creates the namespace (a process cannot leave one it entered), the parent writes the
-    maps and opens the namespace, then the child exits. `proc` must be a procfs of the
-    caller's PID namespace (the child's pid is looked up there)."""
-    unshared_r, unshared_w = os.pipe()
-    done_r, done_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            os.close(unshared_r)
-            os.close(done_w)
-            linux.unshare(linux.CLONE_NEWUSER)
-            os.write(unshared_w, b"1")
-            os.read(done_r, 1)  # returns at EOF: the parent holds the namespace
-        except BaseException:
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(unshared_w)
-    os.close(done_r)
-    try:
-        if os.read(unshared_r, 1) != b"1":
-            raise OSError(f"user namespace for an idmapped mount: helper {pid} could not unshare")
-        for name in ("uid_map", "gid_map"):
-            with open(f"{proc}/{pid}/{name}", "w") as f:
-                f.write(mapping)
-        return os.open(f"{proc}/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
-    finally:
-        os.close(unshared_r)
-        os.close(done_w)
-        os.waitpid(pid, 0)
+def map_user_namespace(holder: int, mapping: str) -> int:
+    """Write `mapping` as the uid and gid map of the fresh user namespace that process
+    `holder` (a host pid) has just unshared, and return an fd of that namespace. A process
+    cannot leave a user namespace it entered, so another process must hold it: for a
+    sandbox, its keeper (sandbox_init.py), which needs no privilege once the init is forked."""
+    for name in ("uid_map", "gid_map"):
+        with open(f"/proc/{holder}/{name}", "w") as f:
+            f.write(mapping)
+    return os.open(f"/proc/{holder}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
 
 
 def idmapped_bind(source: str, target: str, userns_fd: int) -> None:

@@ -17,14 +17,19 @@ Why this and not another limit:
 - A loop-mounted ext4 needs only the loop and ext4 drivers, limits bytes and inodes exactly,
   and isolates filesystem metadata too: one sandbox's full disk is nobody else's.
 The filesystem has no journal: a sandbox's layer does not outlive its node agent, so crash
-consistency buys nothing, and the journal would cost writes and space.
+consistency buys nothing, and the journal would cost writes and space. No resize inode
+either: a sandbox's filesystem never grows.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import shutil
 import subprocess
+import threading
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,20 +63,22 @@ class QuotaDir:
         self.image.unlink(missing_ok=True)
 
 
-def make_quota_dir(path: Path, size: int, inodes: int, image: Path | None = None) -> QuotaDir:
+def make_quota_dir(path: Path, size: int, inodes: int, image: Path | None = None,
+                   blanks: Path | None = None) -> QuotaDir:
     """Mount a new, empty filesystem of `size` bytes and at least `inodes` inodes at `path`
-    (created if missing; must be empty). Raises ValueError naming the limit mkfs refused."""
+    (created if missing; must be empty). Raises ValueError naming the limit mkfs refused.
+    With `blanks`, a directory of formatted empty images, one per (size, inodes), is kept
+    there and copied (sparsely: a few hundred KiB) instead of running mkfs every time."""
     image = image or path.with_name(path.name + ".img")
     path.mkdir(parents=True, exist_ok=True)
     if any(path.iterdir()):
         raise ValueError(f"quota directory {path} is not empty")
-    with open(image, "wb") as f:
-        f.truncate(size)  # sparse: host blocks are used only as the sandbox writes
     quota = QuotaDir(path, image, size, inodes)
     try:
-        _run(["mkfs.ext4", "-q", "-F", "-b", str(BLOCK_BYTES), "-I", str(INODE_BYTES), "-N", str(inodes),
-              "-m", "0", "-O", "^has_journal", "-E", "nodiscard,lazy_itable_init=1", str(image)],
-             f"disk_quota={size} bytes with inode_quota={inodes}", ValueError)
+        if blanks is None:
+            _format(image, size, inodes)
+        else:
+            _run(["cp", "--sparse=always", str(_blank(blanks, size, inodes)), str(image)], f"copy to {image}", OSError)
         # noinit_itable: no background zeroing of inode tables (it would write them all to
         # the image); the group descriptors' checksums say which inodes were never used.
         _run(["mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime,noinit_itable", str(image), str(path)],
@@ -80,6 +87,29 @@ def make_quota_dir(path: Path, size: int, inodes: int, image: Path | None = None
         quota.remove()
         raise
     return quota
+
+
+def _format(image: Path, size: int, inodes: int) -> None:
+    with open(image, "wb") as f:
+        f.truncate(size)  # sparse: host blocks are used only as the sandbox writes
+    _run(["mkfs.ext4", "-q", "-F", "-b", str(BLOCK_BYTES), "-I", str(INODE_BYTES), "-N", str(inodes),
+          "-m", "0", "-O", "^has_journal,^resize_inode", "-E", "nodiscard,lazy_itable_init=1", str(image)],
+         f"disk_quota={size} bytes with inode_quota={inodes}", ValueError)
+
+
+def _blank(blanks: Path, size: int, inodes: int) -> Path:
+    """The formatted empty image for (size, inodes), made once; concurrent makers race
+    harmlessly (each formats its own temporary file, the rename is atomic)."""
+    blank = blanks / f"ext4-{size}-{inodes}.img"
+    if not blank.exists():
+        blanks.mkdir(parents=True, exist_ok=True)
+        partial = blanks / f".{blank.name}.{os.getpid()}.{threading.get_ident()}"
+        try:
+            _format(partial, size, inodes)
+            os.rename(partial, blank)
+        finally:
+            partial.unlink(missing_ok=True)
+    return blank
 
 
 def release_mounts_under(path: Path) -> int:
@@ -109,3 +139,64 @@ def _run(argv: list[str], what: str, error: type[Exception]) -> None:
     done = subprocess.run(argv, capture_output=True, text=True)
     if done.returncode != 0:
         raise error(f"{what}: {argv[0]} failed ({done.stderr.strip() or done.returncode})")
+
+
+class SpareQuotaDirs:
+    """Quota directories made ahead, off the create path: per (size, inodes) in use, up to
+    `keep` mounted, empty filesystems wait under `spare_dir`. `take` moves one into place
+    with a rename (a mount moves with its parent directory) and has another made by
+    `submit` (a background executor); with none ready it makes one on the spot."""
+
+    def __init__(self, spare_dir: Path, blanks: Path, submit: Callable[..., object], keep: int = 2) -> None:
+        self.spare_dir = spare_dir
+        self.blanks = blanks
+        self.submit = submit
+        self.keep = keep
+        self._ready: dict[tuple[int, int], list[Path]] = {}
+        self._pending: dict[tuple[int, int], int] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def take(self, base: Path, size: int, inodes: int) -> QuotaDir:
+        """A quota directory at `base`/layer (image `base`/layer.img); `base` must not exist."""
+        key = (size, inodes)
+        with self._lock:
+            ready = self._ready.setdefault(key, [])
+            spare = ready.pop() if ready else None
+            wanted = self.keep - len(ready) - self._pending.get(key, 0)
+            self._pending[key] = self._pending.get(key, 0) + max(0, wanted)
+        for _ in range(max(0, wanted)):
+            self.submit(self._make_spare, key)
+        if spare is None:
+            return make_quota_dir(base / "layer", size, inodes, blanks=self.blanks)
+        base.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(spare, base)
+        return QuotaDir(base / "layer", base / "layer.img", size, inodes)
+
+    def _make_spare(self, key: tuple[int, int]) -> None:
+        spare = self.spare_dir / uuid.uuid4().hex
+        try:
+            make_quota_dir(spare / "layer", *key, blanks=self.blanks)
+        except (OSError, ValueError):
+            spare = None  # take() makes one on the spot and reports the error there
+        with self._lock:
+            self._pending[key] -= 1
+            if spare is not None and not self._closed:
+                self._ready[key].append(spare)
+                spare = None
+        if spare is not None:
+            _discard(spare)
+
+    def close(self) -> None:
+        """Unmount and delete the spares; call after the executor has finished its work."""
+        with self._lock:
+            self._closed = True
+            spares = [p for ready in self._ready.values() for p in ready]
+            self._ready.clear()
+        for spare in spares:
+            _discard(spare)
+
+
+def _discard(spare: Path) -> None:
+    QuotaDir(spare / "layer", spare / "layer.img", 0, 0).remove()
+    shutil.rmtree(spare, ignore_errors=True)

@@ -45,10 +45,21 @@ def become_sandbox(spec: SandboxSpec, channel: socket.socket, template: Template
         for procs in spec.cgroup_procs:
             Path(procs).write_text(str(os.getpid()))
         linux.unshare(NAMESPACES)
+        keeper = os.getpid()
+        lent_r, lent_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            _run_init(spec, channel, template, namespace)
+            os.close(lent_w)
+            _run_init(spec, channel, template, namespace, (keeper, lent_r))
+        os.close(lent_r)
         channel.close()
+        # From here on the keeper only waits, so it needs no privilege: it enters a fresh
+        # user namespace, lent to the init to describe the idmapping of the sandbox's layers.
+        try:
+            linux.unshare(linux.CLONE_NEWUSER)
+            os.write(lent_w, b"1")
+        finally:
+            os.close(lent_w)
         _, status = os.waitpid(pid, 0)
         code = os.waitstatus_to_exitcode(status)
     except BaseException:
@@ -65,9 +76,15 @@ def _report_failure(channel: socket.socket) -> None:
         pass
 
 
-def _run_init(spec: SandboxSpec, channel: socket.socket, template: Template, namespace: dict) -> None:
+def _run_init(spec: SandboxSpec, channel: socket.socket, template: Template, namespace: dict,
+              lent: tuple[int, int]) -> None:
     try:
         linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+        keeper, lent_r = lent
+        keeper_unshared = os.read(lent_r, 1) == b"1"  # before the fd is closed with the rest
+        os.close(lent_r)
+        if not keeper_unshared:
+            raise OSError(f"keeper {keeper} could not enter a user namespace for the idmapped layers")
         os.closerange(3, channel.fileno())
         os.closerange(channel.fileno() + 1, 65536)
         devnull = os.open("/dev/null", os.O_RDWR)
@@ -75,7 +92,7 @@ def _run_init(spec: SandboxSpec, channel: socket.socket, template: Template, nam
             os.dup2(devnull, fd)  # the zygote's stdio is the node agent's log
         os.close(devnull)
         linux.sethostname(spec.sandbox_id[:63])
-        _build_root(spec)
+        _build_root(spec, keeper)
         _restrict(spec)
         _reseed()
         session = ShellSession(spec.session_cwd, spec.session_env or _base_env(), SESSION_STATE_DIR)
@@ -90,7 +107,7 @@ def _run_init(spec: SandboxSpec, channel: socket.socket, template: Template, nam
     os._exit(0)
 
 
-def _build_root(spec: SandboxSpec) -> None:
+def _build_root(spec: SandboxSpec, keeper: int) -> None:
     linux.mount("none", "/", None, linux.MS_REC | linux.MS_PRIVATE)
     root = spec.root
     linux.mount("tmpfs", root, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=4m,mode=755")
@@ -100,9 +117,7 @@ def _build_root(spec: SandboxSpec) -> None:
             os.symlink(os.readlink(host), f"{root}/{top}")
         elif host.is_dir():
             _bind(str(host), root, read_only=True)
-    os.makedirs(f"{root}/proc")
-    linux.mount("proc", f"{root}/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
-    lower, upper, work, tmp = _stage_idmapped_layers(spec, f"{root}/.layers", f"{root}/proc")
+    lower, upper, work, tmp = _stage_idmapped_layers(spec, f"{root}/.layers", keeper)
     # /tmp first: a read-only bind may lie below it (a venv or checkout under /tmp, as in CI)
     os.makedirs(f"{root}/tmp")
     linux.mount(tmp, f"{root}/tmp", None, linux.MS_BIND)
@@ -110,6 +125,8 @@ def _build_root(spec: SandboxSpec) -> None:
     for path in spec.read_only_binds:
         if os.path.exists(path):
             _bind(path, root, read_only=True)
+    os.makedirs(f"{root}/proc")
+    linux.mount("proc", f"{root}/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
     _build_dev(root)
     os.makedirs(f"{root}{SESSION_STATE_DIR}")
     linux.mount("tmpfs", f"{root}{SESSION_STATE_DIR}", "tmpfs", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC,
@@ -131,12 +148,13 @@ def _build_root(spec: SandboxSpec) -> None:
     linux.mount("none", "/", None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV)
 
 
-def _stage_idmapped_layers(spec: SandboxSpec, staging: str, proc: str) -> tuple[str, str, str, str]:
+def _stage_idmapped_layers(spec: SandboxSpec, staging: str, keeper: int) -> tuple[str, str, str, str]:
     """Mount the template layer and the sandbox's layer directory (upper, work and tmp: one
     mount, as overlayfs needs upper and work on the same one) under `staging`, idmapped
-    so that files owned on disk by SANDBOX_UID belong to this sandbox's uid."""
+    so that files owned on disk by SANDBOX_UID belong to this sandbox's uid. The host's
+    /proc is still mounted here, where the keeper's (host) pid names it."""
     layer = os.path.commonpath([spec.upper, spec.work, spec.tmp])
-    userns = idmap.user_namespace_fd(idmap.identity_plus(SANDBOX_UID, spec.uid), proc)
+    userns = idmap.map_user_namespace(keeper, idmap.identity_plus(SANDBOX_UID, spec.uid))
     try:
         for name, source in (("lower", spec.lower), ("layer", layer)):
             os.makedirs(f"{staging}/{name}")

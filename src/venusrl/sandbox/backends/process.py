@@ -6,13 +6,17 @@ the pool to fork it, and talks to its init over the sandbox's channel."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
 import os
 import select
+import shutil
 import socket
 import sys
 import threading
+import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +27,7 @@ from venusrl.sandbox.cgroups import Cgroup
 from venusrl.sandbox.errors import InvalidRequest, SandboxError, SandboxUnavailable, TemplateError
 from venusrl.sandbox.layer import Layer
 from venusrl.sandbox.memory import process_memory
-from venusrl.sandbox.quota import QuotaDir, make_quota_dir, release_mounts_under
+from venusrl.sandbox.quota import QuotaDir, SpareQuotaDirs, release_mounts_under
 from venusrl.sandbox.spec import SANDBOX_UID, SandboxSpec
 from venusrl.sandbox.subuid import UidAllocator, UidLease, subuid_range
 from venusrl.sandbox.template import Template
@@ -119,9 +123,12 @@ class ProcessBackend:
         self._pool_lock = threading.Lock()
         self._binds = system_read_only_binds()
         self._uids = UidAllocator(subuid_range(), reserved=frozenset({SANDBOX_UID}))
-        stale = release_mounts_under(workdir / "sandboxes")  # left by an agent that died on this workdir
-        if stale:
+        stale = sum(release_mounts_under(workdir / d) for d in ("sandboxes", "trash", "spare"))
+        if stale:  # left by an agent that died on this workdir
             log.warning("node workdir %s: detached %d quota filesystems of a previous agent", workdir, stale)
+        # One background thread makes quota filesystems ahead and tears down destroyed ones.
+        self._storage_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-storage")
+        self._spares = SpareQuotaDirs(workdir / "spare", workdir / "blank-images", self._storage_worker.submit)
 
     def pool(self, template: Template) -> TemplatePool:
         with self._pool_lock:
@@ -142,7 +149,7 @@ class ProcessBackend:
         base = self.workdir / "sandboxes" / sandbox_id
         uid = self._uids.acquire()
         try:
-            quota = make_quota_dir(base / "layer", int(template.disk_quota), template.inode_quota)
+            quota = self._spares.take(base, int(template.disk_quota), template.inode_quota)
         except BaseException as err:
             uid.release()
             if isinstance(err, ValueError):
@@ -256,14 +263,16 @@ class ProcessBackend:
         sandbox.cgroup.remove()
         with sandbox.lock:
             sandbox.disconnect()
-        sandbox.quota.remove()
-        sandbox.layer.remove()
         sandbox.uid.release()  # only now: no process of the sandbox is left to run as it
-        try:
-            sandbox.root.rmdir()
-            sandbox.root.parent.rmdir()
-        except OSError as err:
-            log.warning("sandbox %s: leftover directory %s (%s)", sandbox_id, sandbox.root, err)
+        # Unmounting a filesystem and detaching its loop device take tens of ms: done
+        # behind the caller's back, from a unique name, so the id may be created again now.
+        base = sandbox.root.parent
+        trash = self.workdir / "trash" / f"{sandbox_id}-{uuid.uuid4().hex[:8]}"
+        trash.parent.mkdir(exist_ok=True)
+        os.rename(base, trash)  # the quota filesystem's mount moves with its parent directory
+        moved = dataclasses.replace(sandbox.quota, path=trash / sandbox.quota.path.relative_to(base),
+                                    image=trash / sandbox.quota.image.relative_to(base))
+        self._storage_worker.submit(_remove_storage, sandbox_id, moved, trash)
 
     def shutdown(self) -> None:
         for sandbox_id in list(self.sandboxes):
@@ -275,3 +284,13 @@ class ProcessBackend:
             for pool in self._pools.values():
                 pool.close()
             self._pools.clear()
+        self._storage_worker.shutdown(wait=True)
+        self._spares.close()
+
+
+def _remove_storage(sandbox_id: str, quota: QuotaDir, trash: Path) -> None:
+    try:
+        quota.remove()
+        shutil.rmtree(trash)
+    except OSError as err:
+        log.warning("sandbox %s: leftover storage %s (%s)", sandbox_id, trash, err)
