@@ -197,7 +197,7 @@ params = ctypes.create_string_buffer(120)
 own_ns = os.open("/proc/self/ns/uts", os.O_RDONLY)
 out = {
     "add_key @u": call("add_key", b"user", b"probe", b"A-secret", 6, ctypes.c_int(-4)),
-    "keyctl read @s": call("keyctl", 1, ctypes.c_int(-3), 0),
+    "keyctl(GET_KEYRING_ID @s)": call("keyctl", 0, ctypes.c_int(-3), 0),
     "unshare(CLONE_NEWUSER)": 0 if libc.unshare(0x10000000) == 0 else ctypes.get_errno(),
     "clone3": call("clone3", 0, 0),
     "setns": call("setns", own_ns, 0),
