@@ -136,7 +136,10 @@ def _unescape(field: str) -> str:
 
 
 def _run(argv: list[str], what: str, error: type[Exception]) -> None:
-    done = subprocess.run(argv, capture_output=True, text=True)
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise OSError(f"{what}: {argv[0]} is not installed (Debian: e2fsprogs, mount; `make system-deps`)") from None
     if done.returncode != 0:
         raise error(f"{what}: {argv[0]} failed ({done.stderr.strip() or done.returncode})")
 

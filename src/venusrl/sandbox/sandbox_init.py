@@ -238,13 +238,14 @@ def _serve(channel: socket.socket, session: ShellSession, spec: SandboxSpec) -> 
             result = _handle(request, session)
             protocol.send(stream, protocol.reply_ok(result))
         except OSError as err:
-            protocol.send(stream, {"ok": False, "error": {"type": "InvalidRequest", "message": _describe(err, spec)}})
+            message = _describe(err, spec, request.get("path"))
+            protocol.send(stream, {"ok": False, "error": {"type": "InvalidRequest", "message": message}})
         except Exception as err:  # noqa: BLE001 - any failure of one request is reported, the loop goes on
             protocol.send(stream, {"ok": False, "error": {"type": "SandboxError", "message": f"{type(err).__name__}: {err}"}})
 
 
-def _describe(err: OSError, spec: SandboxSpec) -> str:
-    message = f"{err.filename or ''}: {err.strerror}"
+def _describe(err: OSError, spec: SandboxSpec, path: str | None) -> str:
+    message = f"{err.filename or path or ''}: {err.strerror}"
     if err.errno in (errno.ENOSPC, errno.EDQUOT) and spec.disk_quota:
         message += (f" (this sandbox's quota is used up: template disk_quota={spec.disk_quota} bytes, "
                     f"inode_quota={spec.inode_quota} files)")
