@@ -334,3 +334,35 @@ def test_a_migrated_sandbox_owns_its_files_under_its_new_uid(cluster):
         assert result.stdout == f"{after}\nmine\nmore\nfrom template\nmore\nscratch\nmore\n"
     finally:
         sandbox.kill()
+
+
+INOTIFY_HOG = r'''
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+held = []
+while libc.inotify_init1(os.O_CLOEXEC) >= 0:
+    held.append(1)
+print(len(held), ctypes.get_errno(), flush=True)
+open("/tmp/hogging", "w").close()
+os.read(0, 1)  # stdin is a pipe nobody writes: hold them until the sandbox is killed
+'''
+
+
+def test_per_uid_kernel_limits_are_each_sandboxs_own(cluster):
+    """fs.inotify.max_user_instances counts per uid: with one uid for all sandboxes, one
+    sandbox holding every instance would break file watching in all the others."""
+    hog = Sandbox.create(cluster.controller)
+    other = Sandbox.create(cluster.controller)
+    try:
+        hog.files.write("hog.py", INOTIFY_HOG)
+        started = hog.run("(sleep 600 | python3 hog.py > /tmp/hog.out) >/dev/null 2>&1 & "
+                          "while [ ! -e /tmp/hogging ]; do sleep 0.01; done", timeout=30)
+        assert not started.timed_out
+        count, code = hog.files.read("/tmp/hog.out").split()
+        assert int(count) >= 1 and int(code) == 24  # EMFILE: this uid's instances are used up
+        probe = "import ctypes; print(ctypes.CDLL(None, use_errno=True).inotify_init1(0) >= 0)"
+        assert other.run(f"python3 -c '{probe}'").stdout == "True\n"
+        assert hog.run(f"python3 -c '{probe}'").stdout == "False\n"  # still held all along
+    finally:
+        hog.kill()
+        other.kill()
