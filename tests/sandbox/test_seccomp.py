@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import ctypes
 import errno
-import json
 import os
 import re
 import shutil
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.sandbox.forked import in_child
 
 from venusrl.sandbox import linux, seccomp
 from venusrl.sandbox.seccomp import AUDIT_ARCH, DENIED, SYSCALLS, X32_SYSCALL_BIT, Instruction
@@ -152,25 +152,12 @@ def _probe_under_filter() -> dict:
 
 @pytest.mark.skipif(os.uname().machine not in AUDIT_ARCH, reason="no syscall table for this architecture")
 def test_kernel_enforces_the_filter_and_ordinary_work_goes_on():
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 0
-        try:
-            os.close(read)
-            linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
-            seccomp.install()
-            os.write(write, json.dumps(_probe_under_filter()).encode())
-        except BaseException as err:  # noqa: BLE001 - reported to the parent, which fails the test
-            os.write(write, json.dumps({"error": repr(err)}).encode())
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read) as f:
-        result = json.loads(f.read())
-    os.waitpid(pid, 0)
-    assert "error" not in result, result
+    def filtered() -> dict:
+        linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
+        seccomp.install()
+        return _probe_under_filter()
+
+    result = in_child(filtered)
     assert result["unshare_newuser"] == errno.EPERM
     assert result["keyctl"] == errno.EPERM
     assert result["clone3"] == errno.ENOSYS

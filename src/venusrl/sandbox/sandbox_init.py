@@ -149,19 +149,23 @@ def _build_root(spec: SandboxSpec, keeper: int) -> None:
 
 
 def _stage_idmapped_layers(spec: SandboxSpec, staging: str, keeper: int) -> tuple[str, str, str, str]:
-    """Mount the template layer and the sandbox's layer directory (upper, work and tmp: one
-    mount, as overlayfs needs upper and work on the same one) under `staging`, idmapped
-    so that files owned on disk by SANDBOX_UID belong to this sandbox's uid. The host's
+    """Mount the template layers (`spec.lower`: one directory, or several joined by ':' as
+    overlayfs takes them, topmost first) and the sandbox's layer directory (upper, work and
+    tmp: one mount, as overlayfs needs upper and work on the same one) under `staging`,
+    idmapped so that files owned on disk by SANDBOX_UID belong to this sandbox's uid.
+    Returns the overlay's lowerdir, upperdir, workdir and the /tmp source. The host's
     /proc is still mounted here, where the keeper's (host) pid names it."""
     layer = os.path.commonpath([spec.upper, spec.work, spec.tmp])
+    lowers = spec.lower.split(":")
+    sources = {**{f"lower{i}": path for i, path in enumerate(lowers)}, "layer": layer}
     userns = idmap.map_user_namespace(keeper, idmap.identity_plus(SANDBOX_UID, spec.uid))
     try:
-        for name, source in (("lower", spec.lower), ("layer", layer)):
+        for name, source in sources.items():
             os.makedirs(f"{staging}/{name}")
             idmap.idmapped_bind(source, f"{staging}/{name}", userns)
     finally:
         os.close(userns)
-    return (f"{staging}/lower",
+    return (":".join(f"{staging}/lower{i}" for i in range(len(lowers))),
             *(f"{staging}/layer/{os.path.relpath(p, layer)}" for p in (spec.upper, spec.work, spec.tmp)))
 
 

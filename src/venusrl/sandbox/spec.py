@@ -16,7 +16,7 @@ class SandboxSpec:
     sandbox_id: str
     cgroup_procs: tuple[str, ...]  # cgroup.procs files the sandbox joins before unsharing
     root: str  # empty host directory the sandbox's tmpfs root is mounted on
-    lower: str  # template layer (read-only)
+    lower: str  # template layer(s), read-only: one directory, or several joined by ":" (topmost first)
     upper: str  # this sandbox's writable layer
     work: str  # overlayfs work directory
     tmp: str  # host directory bound to /tmp
