@@ -15,9 +15,10 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 # Debian packages the sandbox backend needs (GNU tar for layers with xattrs, bash for the
-# shell session, procps for the tests' isolation probes). apt runs only when one is missing.
-SYSTEM_BINARIES := tar bash ps
-SYSTEM_PACKAGES := tar bash procps
+# shell session, e2fsprogs and mount for each sandbox's quota-limited filesystem, procps and
+# keyutils for the tests' isolation probes). apt runs only when one is missing.
+SYSTEM_BINARIES := tar bash mkfs.ext4 mount ps keyctl
+SYSTEM_PACKAGES := tar bash e2fsprogs mount procps keyutils
 
 system-deps:
 	@missing=""; for b in $(SYSTEM_BINARIES); do command -v $$b >/dev/null 2>&1 || missing=1; done; \

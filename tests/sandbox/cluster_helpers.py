@@ -7,7 +7,13 @@ from venusrl.sandbox.config import SandboxConfig
 
 MiB = 1 << 20
 
+# The clusters this test process created: the leak check looks at these alone, since other
+# test runs on the same host create and remove their own `venusrl-*` roots meanwhile.
+CREATED: list[LocalCluster] = []
+
 
 def make_cluster(budgets: list[int], **overrides) -> LocalCluster:
     config = SandboxConfig(nodes=len(budgets), cold_start_default=16 * MiB, oom_grace_s=20.0, **overrides)
-    return LocalCluster(config, budgets=budgets)
+    cluster = LocalCluster(config, budgets=budgets)
+    CREATED.append(cluster)
+    return cluster

@@ -1,5 +1,10 @@
-"""Fixtures for sandbox tests. These need root, cgroups and namespaces (the CI machine has
-them); every cluster gets a unique cgroup root and is removed, leaving nothing behind."""
+"""Fixtures for sandbox tests.
+
+Tests that run real sandboxes (cgroups, namespaces, loop mounts) need root; they carry the
+`needs_root` mark (or use the `cluster` fixture) and are skipped, saying so, elsewhere.
+The pure tests (Algorithm 1, placement, seccomp program, uid leases, config) run everywhere.
+Every cluster gets a unique cgroup root and is removed, leaving nothing behind.
+"""
 
 from __future__ import annotations
 
@@ -7,30 +12,44 @@ import os
 from pathlib import Path
 
 import pytest
-from tests.sandbox.cluster_helpers import MiB, make_cluster
+from tests.sandbox.cluster_helpers import CREATED, MiB, make_cluster
 
 from venusrl.sandbox.cgroups import CGROUP_ROOT, detect_layout
 
+NEEDS_ROOT = "needs root and a cgroup filesystem: it runs real sandboxes (cgroups, namespaces, mounts)"
 
-def _leftover_cgroups() -> set[str]:
-    layout = detect_layout()
-    base = layout.root / "memory" if layout.version == 1 else layout.root
-    return {p.name for p in base.iterdir() if p.name.startswith("venusrl-")}
+
+def privileged() -> bool:
+    return os.geteuid() == 0 and Path(CGROUP_ROOT).exists()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", f"needs_root: {NEEDS_ROOT}")
+
+
+@pytest.fixture(autouse=True)
+def _skip_unless_privileged(request):
+    if request.node.get_closest_marker("needs_root") and not privileged():
+        pytest.skip(f"real-sandbox test: {NEEDS_ROOT}")
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _requires_root_and_no_leaks():
-    if os.geteuid() != 0 or not Path(CGROUP_ROOT).exists():
-        pytest.skip("sandbox tests need root and a cgroup filesystem")
-    before = _leftover_cgroups()
+def _no_leaked_cgroups_or_mounts():
     yield
-    leaked = _leftover_cgroups() - before
-    assert not leaked, f"tests leaked cgroups: {leaked}"
+    if privileged():
+        layout = detect_layout()
+        leaked = [c.cgroup_root for c in CREATED if any(d.exists() for d in layout.dirs(c.cgroup_root))]
+        assert not leaked, f"tests leaked cgroups: {leaked}"
+        mounts = Path("/proc/self/mountinfo").read_text()
+        leaked = [str(c.workdir) for c in CREATED if f" {c.workdir}/" in mounts]
+        assert not leaked, f"tests leaked mounts (quota filesystems) under: {leaked}"
 
 
 @pytest.fixture(scope="module")
 def cluster():
     """Two nodes of 1 GiB shared by the tests of one module."""
+    if not privileged():
+        pytest.skip(f"real-sandbox test: {NEEDS_ROOT}")
     c = make_cluster([1024 * MiB, 1024 * MiB])
     yield c
     c.close()

@@ -14,6 +14,8 @@ from venusrl.sandbox.api import AsyncSandbox, Sandbox
 from venusrl.sandbox.errors import InvalidRequest, SandboxNotFound
 from venusrl.sandbox.template import Template
 
+pytestmark = pytest.mark.needs_root  # real sandboxes: see conftest.py
+
 MiB = 1 << 20
 
 

@@ -72,6 +72,7 @@ def test_no_usable_hierarchy_is_a_clear_error(tmp_path):
         detect_layout(tmp_path)
 
 
+@pytest.mark.needs_root
 def test_real_cgroup_lifecycle_and_oom_eventfd():
     layout = detect_layout()
     cg = Cgroup(layout, f"venusrl-test-{uuid.uuid4().hex[:8]}/node").create()

@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.needs_root  # real sandboxes: see conftest.py
+
 VENUSRL = Path(sys.executable).parent / "venusrl"  # the installed console script
 
 

@@ -20,6 +20,8 @@ from venusrl.sandbox.errors import (
 )
 from venusrl.sandbox.node_client import NodeClient
 
+pytestmark = pytest.mark.needs_root  # real sandboxes: see conftest.py
+
 
 def _retry(fn, timeout=60.0):
     """What a caller does with a retryable error: try again until it works."""

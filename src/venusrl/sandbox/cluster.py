@@ -28,6 +28,7 @@ from venusrl.sandbox.controller import SandboxController
 from venusrl.sandbox.errors import SandboxError
 from venusrl.sandbox.node_agent import NodeSettings
 from venusrl.sandbox.node_client import NodeClient
+from venusrl.sandbox.quota import release_mounts_under
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,9 @@ class LocalCluster:
         self.nodes[node_id].process.send_signal(signal.SIGKILL)
 
     def _cleanup_node(self, node_id: str) -> None:
-        """A dead agent cannot clean up: its zygotes exit on their own, its cgroups are ours."""
+        """A dead agent cannot clean up: its zygotes exit on their own, its cgroups are ours
+        (its sandboxes' quota filesystems stay mounted: recovery reads their layers; close()
+        releases them)."""
         node = self.nodes[node_id]
         node.process.wait()
         Cgroup(detect_layout(), node.settings.cgroup).remove()
@@ -88,6 +91,7 @@ class LocalCluster:
         for node in self.nodes.values():
             wait_for_node(node.process)
         Cgroup(detect_layout(), self.cgroup_root).remove()
+        release_mounts_under(self.workdir)
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)
 

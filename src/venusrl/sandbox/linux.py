@@ -11,9 +11,12 @@ import os
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
+CLONE_NEWTIME = 0x00000080
 CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 
@@ -29,9 +32,24 @@ MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
 
 PR_SET_PDEATHSIG = 1
+PR_SET_SECCOMP = 22
 PR_SET_NO_NEW_PRIVS = 38
+SECCOMP_MODE_FILTER = 2
 
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+_SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}
+# The new mount API has one number on every architecture.
+_SYS_OPEN_TREE = 428
+_SYS_MOVE_MOUNT = 429
+_SYS_MOUNT_SETATTR = 442
+
+AT_FDCWD = -100
+AT_EMPTY_PATH = 0x1000
+AT_RECURSIVE = 0x8000
+OPEN_TREE_CLONE = 1
+MOVE_MOUNT_F_EMPTY_PATH = 0x4
+MOUNT_ATTR_IDMAP = 0x00100000
+KEYCTL_JOIN_SESSION_KEYRING = 1
 
 
 def _check(result: int, what: str) -> None:
@@ -71,5 +89,45 @@ def sethostname(name: str) -> None:
     _check(_libc.sethostname(raw, ctypes.c_size_t(len(raw))), f"sethostname({name!r})")
 
 
-def prctl(option: int, arg: int) -> None:
-    _check(_libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), 0, 0, 0), f"prctl({option}, {arg})")
+def prctl(option: int, arg: int, arg3: int = 0) -> None:
+    _check(_libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(arg3), 0, 0),
+           f"prctl({option}, {arg}, {arg3:#x})")
+
+
+def open_tree_clone(path: str) -> int:
+    """A detached copy of the mount tree at `path` (the start of an idmapped bind)."""
+    fd = _libc.syscall(ctypes.c_long(_SYS_OPEN_TREE), ctypes.c_int(AT_FDCWD), path.encode(),
+                       ctypes.c_uint(OPEN_TREE_CLONE | AT_RECURSIVE | os.O_CLOEXEC))
+    if fd < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"open_tree({path!r}): {os.strerror(err)}")
+    return fd
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+
+
+def set_idmap(tree_fd: int, userns_fd: int) -> None:
+    """Make the detached tree `tree_fd` show ids as the user namespace `userns_fd` maps them."""
+    attr = _MountAttr(MOUNT_ATTR_IDMAP, 0, 0, userns_fd)
+    _check(_libc.syscall(ctypes.c_long(_SYS_MOUNT_SETATTR), ctypes.c_int(tree_fd), b"",
+                         ctypes.c_uint(AT_EMPTY_PATH | AT_RECURSIVE), ctypes.byref(attr),
+                         ctypes.c_size_t(ctypes.sizeof(attr))),
+           "mount_setattr(MOUNT_ATTR_IDMAP)")
+
+
+def move_mount(tree_fd: int, target: str) -> None:
+    _check(_libc.syscall(ctypes.c_long(_SYS_MOVE_MOUNT), ctypes.c_int(tree_fd), b"", ctypes.c_int(AT_FDCWD),
+                         target.encode(), ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH)),
+           f"move_mount(-> {target!r})")
+
+
+def join_new_session_keyring() -> None:
+    """Replace the inherited session keyring with a new empty one owned by the caller."""
+    number = _SYS_KEYCTL[os.uname().machine]
+    result = _libc.syscall(ctypes.c_long(number), ctypes.c_int(KEYCTL_JOIN_SESSION_KEYRING), None)
+    if result < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"keyctl(KEYCTL_JOIN_SESSION_KEYRING): {os.strerror(err)}")

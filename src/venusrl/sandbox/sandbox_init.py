@@ -4,14 +4,16 @@
 cgroups, unshares mount/network/IPC/UTS/PID namespaces and forks the sandbox init, then
 waits for it so the init's exit is observable. The init is PID 1 of its namespace: it
 builds a private root (read-only system binds, a fresh /proc and /dev, the template layer
-under an overlay at /workspace, its own /tmp), pivots into it, drops to an unprivileged
-uid with no capabilities, reseeds random state, and serves requests on its channel.
+under an overlay at /workspace, its own /tmp), pivots into it, drops to the sandbox's own
+unprivileged uid with no capabilities and a fresh session keyring, installs the seccomp
+filter (seccomp.py), reseeds random state, and serves requests on its channel.
 Both set PDEATHSIG, so a zygote's death takes its sandboxes with it.
 """
 
 from __future__ import annotations
 
 import base64
+import errno
 import os
 import random
 import resource
@@ -23,14 +25,15 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from venusrl.sandbox import linux, protocol
+from venusrl.sandbox import idmap, linux, protocol, seccomp
 from venusrl.sandbox.session import ShellSession
-from venusrl.sandbox.spec import SandboxSpec
+from venusrl.sandbox.spec import SANDBOX_UID, SandboxSpec
 from venusrl.sandbox.template import Template, run_python_setup
 
 NAMESPACES = linux.CLONE_NEWNS | linux.CLONE_NEWNET | linux.CLONE_NEWIPC | linux.CLONE_NEWUTS | linux.CLONE_NEWPID
 DEVICES = ("null", "zero", "full", "random", "urandom")
 BASE_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+SESSION_STATE_DIR = "/run/venusrl"  # a small tmpfs of its own: the disk quota never blocks the session
 
 
 def become_sandbox(spec: SandboxSpec, channel: socket.socket, template: Template, namespace: dict) -> None:
@@ -42,10 +45,21 @@ def become_sandbox(spec: SandboxSpec, channel: socket.socket, template: Template
         for procs in spec.cgroup_procs:
             Path(procs).write_text(str(os.getpid()))
         linux.unshare(NAMESPACES)
+        keeper = os.getpid()
+        lent_r, lent_w = os.pipe()
         pid = os.fork()
         if pid == 0:
-            _run_init(spec, channel, template, namespace)
+            os.close(lent_w)
+            _run_init(spec, channel, template, namespace, (keeper, lent_r))
+        os.close(lent_r)
         channel.close()
+        # From here on the keeper only waits, so it needs no privilege: it enters a fresh
+        # user namespace, lent to the init to describe the idmapping of the sandbox's layers.
+        try:
+            linux.unshare(linux.CLONE_NEWUSER)
+            os.write(lent_w, b"1")
+        finally:
+            os.close(lent_w)
         _, status = os.waitpid(pid, 0)
         code = os.waitstatus_to_exitcode(status)
     except BaseException:
@@ -62,9 +76,15 @@ def _report_failure(channel: socket.socket) -> None:
         pass
 
 
-def _run_init(spec: SandboxSpec, channel: socket.socket, template: Template, namespace: dict) -> None:
+def _run_init(spec: SandboxSpec, channel: socket.socket, template: Template, namespace: dict,
+              lent: tuple[int, int]) -> None:
     try:
         linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+        keeper, lent_r = lent
+        keeper_unshared = os.read(lent_r, 1) == b"1"  # before the fd is closed with the rest
+        os.close(lent_r)
+        if not keeper_unshared:
+            raise OSError(f"keeper {keeper} could not enter a user namespace for the idmapped layers")
         os.closerange(3, channel.fileno())
         os.closerange(channel.fileno() + 1, 65536)
         devnull = os.open("/dev/null", os.O_RDWR)
@@ -72,10 +92,10 @@ def _run_init(spec: SandboxSpec, channel: socket.socket, template: Template, nam
             os.dup2(devnull, fd)  # the zygote's stdio is the node agent's log
         os.close(devnull)
         linux.sethostname(spec.sandbox_id[:63])
-        _build_root(spec)
+        _build_root(spec, keeper)
         _restrict(spec)
         _reseed()
-        session = ShellSession(spec.session_cwd, spec.session_env or _base_env())
+        session = ShellSession(spec.session_cwd, spec.session_env or _base_env(), SESSION_STATE_DIR)
         if spec.run_setup:
             run_python_setup(template, namespace)
         if template.python_start:
@@ -83,11 +103,11 @@ def _run_init(spec: SandboxSpec, channel: socket.socket, template: Template, nam
     except BaseException:
         _report_failure(channel)
         os._exit(1)
-    _serve(channel, session)
+    _serve(channel, session, spec)
     os._exit(0)
 
 
-def _build_root(spec: SandboxSpec) -> None:
+def _build_root(spec: SandboxSpec, keeper: int) -> None:
     linux.mount("none", "/", None, linux.MS_REC | linux.MS_PRIVATE)
     root = spec.root
     linux.mount("tmpfs", root, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "size=4m,mode=755")
@@ -97,9 +117,10 @@ def _build_root(spec: SandboxSpec) -> None:
             os.symlink(os.readlink(host), f"{root}/{top}")
         elif host.is_dir():
             _bind(str(host), root, read_only=True)
+    lower, upper, work, tmp = _stage_idmapped_layers(spec, f"{root}/.layers", keeper)
     # /tmp first: a read-only bind may lie below it (a venv or checkout under /tmp, as in CI)
     os.makedirs(f"{root}/tmp")
-    linux.mount(spec.tmp, f"{root}/tmp", None, linux.MS_BIND)
+    linux.mount(tmp, f"{root}/tmp", None, linux.MS_BIND)
     linux.mount("none", f"{root}/tmp", None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_NOSUID | linux.MS_NODEV)
     for path in spec.read_only_binds:
         if os.path.exists(path):
@@ -107,9 +128,17 @@ def _build_root(spec: SandboxSpec) -> None:
     os.makedirs(f"{root}/proc")
     linux.mount("proc", f"{root}/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
     _build_dev(root)
+    os.makedirs(f"{root}{SESSION_STATE_DIR}")
+    linux.mount("tmpfs", f"{root}{SESSION_STATE_DIR}", "tmpfs", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC,
+                f"size=1m,nr_inodes=64,mode=700,uid={spec.uid},gid={spec.uid}")
     os.makedirs(f"{root}/workspace")
     linux.mount("overlay", f"{root}/workspace", "overlay", linux.MS_NOSUID | linux.MS_NODEV,
-                f"lowerdir={spec.lower},upperdir={spec.upper},workdir={spec.work}")
+                f"lowerdir={lower},upperdir={upper},workdir={work}")
+    # overlayfs holds its own references to the layers: the staging mounts can go
+    for staged in os.listdir(f"{root}/.layers"):
+        linux.umount(f"{root}/.layers/{staged}", linux.MNT_DETACH)
+        os.rmdir(f"{root}/.layers/{staged}")
+    os.rmdir(f"{root}/.layers")
     os.makedirs(f"{root}/.oldroot")
     linux.pivot_root(root, f"{root}/.oldroot")
     os.chdir("/")
@@ -117,6 +146,27 @@ def _build_root(spec: SandboxSpec) -> None:
     os.rmdir("/.oldroot")
     # Nothing outside /workspace and /tmp is writable, root included.
     linux.mount("none", "/", None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV)
+
+
+def _stage_idmapped_layers(spec: SandboxSpec, staging: str, keeper: int) -> tuple[str, str, str, str]:
+    """Mount the template layers (`spec.lower`: one directory, or several joined by ':' as
+    overlayfs takes them, topmost first) and the sandbox's layer directory (upper, work and
+    tmp: one mount, as overlayfs needs upper and work on the same one) under `staging`,
+    idmapped so that files owned on disk by SANDBOX_UID belong to this sandbox's uid.
+    Returns the overlay's lowerdir, upperdir, workdir and the /tmp source. The host's
+    /proc is still mounted here, where the keeper's (host) pid names it."""
+    layer = os.path.commonpath([spec.upper, spec.work, spec.tmp])
+    lowers = spec.lower.split(":")
+    sources = {**{f"lower{i}": path for i, path in enumerate(lowers)}, "layer": layer}
+    userns = idmap.map_user_namespace(keeper, idmap.identity_plus(SANDBOX_UID, spec.uid))
+    try:
+        for name, source in sources.items():
+            os.makedirs(f"{staging}/{name}")
+            idmap.idmapped_bind(source, f"{staging}/{name}", userns)
+    finally:
+        os.close(userns)
+    return (":".join(f"{staging}/lower{i}" for i in range(len(lowers))),
+            *(f"{staging}/layer/{os.path.relpath(p, layer)}" for p in (spec.upper, spec.work, spec.tmp)))
 
 
 def _bind(host: str, root: str, read_only: bool) -> None:
@@ -153,7 +203,15 @@ def _restrict(spec: SandboxSpec) -> None:
     os.setgroups([])
     os.setresgid(spec.uid, spec.uid, spec.uid)
     os.setresuid(spec.uid, spec.uid, spec.uid)  # from uid 0 to non-zero: all capabilities drop
+    try:
+        # The node agent's session keyring would otherwise be every sandbox's (the filter
+        # below denies keyring calls; this is the second wall).
+        linux.join_new_session_keyring()
+    except OSError as err:
+        if err.errno != errno.ENOSYS:  # a kernel without keyrings has nothing to share
+            raise
     linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
+    seccomp.install()
     os.chdir("/workspace")
 
 
@@ -169,7 +227,7 @@ def _base_env() -> dict[str, str]:
     return {"PATH": BASE_PATH, "HOME": "/workspace", "LANG": "C.UTF-8", "TERM": "dumb", "USER": "sandbox"}
 
 
-def _serve(channel: socket.socket, session: ShellSession) -> None:
+def _serve(channel: socket.socket, session: ShellSession, spec: SandboxSpec) -> None:
     stream = channel.makefile("rwb")
     protocol.send(stream, {"ready": True, "session": session.state()})
     while True:
@@ -184,9 +242,18 @@ def _serve(channel: socket.socket, session: ShellSession) -> None:
             result = _handle(request, session)
             protocol.send(stream, protocol.reply_ok(result))
         except OSError as err:
-            protocol.send(stream, {"ok": False, "error": {"type": "InvalidRequest", "message": f"{err.filename or ''}: {err.strerror}"}})
+            message = _describe(err, spec, request.get("path"))
+            protocol.send(stream, {"ok": False, "error": {"type": "InvalidRequest", "message": message}})
         except Exception as err:  # noqa: BLE001 - any failure of one request is reported, the loop goes on
             protocol.send(stream, {"ok": False, "error": {"type": "SandboxError", "message": f"{type(err).__name__}: {err}"}})
+
+
+def _describe(err: OSError, spec: SandboxSpec, path: str | None) -> str:
+    message = f"{err.filename or path or ''}: {err.strerror}"
+    if err.errno in (errno.ENOSPC, errno.EDQUOT) and spec.disk_quota:
+        message += (f" (this sandbox's quota is used up: template disk_quota={spec.disk_quota} bytes, "
+                    f"inode_quota={spec.inode_quota} files)")
+    return message
 
 
 def _handle(request: dict[str, Any], session: ShellSession) -> Any:

@@ -33,16 +33,17 @@ _SHELL_NOISE = {"_", "SHLVL", "PWD", "OLDPWD"}
 
 
 class ShellSession:
-    def __init__(self, cwd: str, env: dict[str, str]) -> None:
+    def __init__(self, cwd: str, env: dict[str, str], state_dir: str = "/tmp") -> None:
         self.cwd = cwd
         self.env = dict(env)
+        self.state_dir = state_dir  # off the sandbox's disk quota: a full disk must not stop `rm`
 
     def state(self) -> dict[str, Any]:
         return {"cwd": self.cwd, "env": dict(self.env)}
 
     def run(self, cmd: str, timeout: float, cwd: str | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
         extra = dict(env or {})
-        fd, state_file = tempfile.mkstemp(prefix=".venus-session-", dir="/tmp")
+        fd, state_file = tempfile.mkstemp(prefix=".venus-session-", dir=self.state_dir)
         os.close(fd)
         run_env = {**self.env, **extra, "__VENUS_STATE_FILE": state_file, "PWD": cwd or self.cwd}
         started = time.monotonic()

@@ -5,7 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SANDBOX_UID = 100000  # unprivileged on the host; owns each sandbox's writable layer
+# Owner on disk of every template layer and sandbox layer. No sandbox runs as it: each runs
+# as its own leased uid (subuid.py) and sees these files as its own through an idmapped
+# mount (idmap.py), so layers stay valid across restarts and migrations.
+SANDBOX_UID = 100000
 
 
 @dataclass(frozen=True)
@@ -13,13 +16,15 @@ class SandboxSpec:
     sandbox_id: str
     cgroup_procs: tuple[str, ...]  # cgroup.procs files the sandbox joins before unsharing
     root: str  # empty host directory the sandbox's tmpfs root is mounted on
-    lower: str  # template layer (read-only)
+    lower: str  # template layer(s), read-only: one directory, or several joined by ":" (topmost first)
     upper: str  # this sandbox's writable layer
     work: str  # overlayfs work directory
     tmp: str  # host directory bound to /tmp
     read_only_binds: tuple[str, ...]  # host paths visible read-only at the same path
     run_setup: bool  # True when the template was not set up in the zygote (no page sharing)
-    uid: int = SANDBOX_UID
+    uid: int  # this sandbox's own host uid (and gid), leased for its lifetime
+    disk_quota: int = 0  # bytes of its private filesystem (upper, work, /tmp); 0: none
+    inode_quota: int = 0
     open_files: int = 1024
     session_cwd: str = "/workspace"
     session_env: dict[str, str] = field(default_factory=dict)

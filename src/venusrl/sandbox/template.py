@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path, PurePosixPath
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator
 
 from venusrl.sandbox.errors import TemplateError
 from venusrl.sandbox.spec import SANDBOX_UID
@@ -28,6 +28,9 @@ class Template(BaseModel):
     setup_commands: tuple[str, ...] = Field((), description="shell commands run in the workspace")
     python_setup: str = Field("", description="Python run once by the template; its globals persist")
     python_start: str = Field("", description="Python run in every sandbox right after it starts")
+    disk_quota: ByteSize = Field(ByteSize(1 << 30), ge=4 << 20,
+                                 description="bytes each sandbox may write (workspace changes and /tmp), e.g. 2GiB")
+    inode_quota: int = Field(65536, ge=64, description="files and directories each sandbox may create")
 
     @field_validator("files")
     @classmethod
@@ -58,8 +61,9 @@ class Template(BaseModel):
                 raise TemplateError(
                     f"template {self.name}: setup command {command!r} exited {done.returncode}: {done.stderr.strip()[-500:]}"
                 )
-        # Sandboxes run as SANDBOX_UID and own their workspace: they may change any template
-        # file, which overlayfs copies up into their own layer (the template never changes).
+        # Layers are owned on disk by SANDBOX_UID; each sandbox sees them as its own uid's
+        # (idmap.py) and may change any template file, which overlayfs copies up into its
+        # own layer (the template never changes).
         for path in [lower, *lower.rglob("*")]:
             os.lchown(path, SANDBOX_UID, SANDBOX_UID)
 

@@ -1,18 +1,22 @@
 """The `process` backend: sandboxes are forks of a template zygote in their own namespaces
-and cgroups (see sandbox_init.py). This module is the node-side half: it prepares a
-sandbox's cgroup and layer, asks the pool to fork it, and talks to its init over the
-sandbox's channel."""
+and cgroups (see sandbox_init.py). This module is the node-side half: it leases the
+sandbox's host uid, prepares its cgroup and its layer on a quota-limited filesystem, asks
+the pool to fork it, and talks to its init over the sandbox's channel."""
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import logging
 import os
 import select
+import shutil
 import socket
 import sys
 import threading
+import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +27,9 @@ from venusrl.sandbox.cgroups import Cgroup
 from venusrl.sandbox.errors import InvalidRequest, SandboxError, SandboxUnavailable, TemplateError
 from venusrl.sandbox.layer import Layer
 from venusrl.sandbox.memory import process_memory
-from venusrl.sandbox.spec import SandboxSpec
+from venusrl.sandbox.quota import QuotaDir, SpareQuotaDirs, release_mounts_under
+from venusrl.sandbox.spec import SANDBOX_UID, SandboxSpec
+from venusrl.sandbox.subuid import UidAllocator, UidLease, subuid_range
 from venusrl.sandbox.template import Template
 
 log = logging.getLogger(__name__)
@@ -48,6 +54,8 @@ class SandboxProcess:
     layer: Layer
     root: Path
     session: dict[str, Any]
+    uid: UidLease  # this sandbox's own host uid, held until it is destroyed
+    quota: QuotaDir  # the filesystem its layer lives on
     channel: socket.socket | None = None
     stream: Any = None
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -96,6 +104,8 @@ class SandboxProcess:
             "oom_kills": self.cgroup.oom_kills(),
             "pids_refused": self.cgroup.pids_events_max(),
             "paused": self.paused,
+            "uid": self.uid.uid,
+            **self.quota.usage(),
         }
 
 
@@ -112,6 +122,13 @@ class ProcessBackend:
         self._pools: dict[str, TemplatePool] = {}
         self._pool_lock = threading.Lock()
         self._binds = system_read_only_binds()
+        self._uids = UidAllocator(subuid_range(), reserved=frozenset({SANDBOX_UID}))
+        stale = sum(release_mounts_under(workdir / d) for d in ("sandboxes", "trash", "spare"))
+        if stale:  # left by an agent that died on this workdir
+            log.warning("node workdir %s: detached %d quota filesystems of a previous agent", workdir, stale)
+        # One background thread makes quota filesystems ahead and tears down destroyed ones.
+        self._storage_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-storage")
+        self._spares = SpareQuotaDirs(workdir / "spare", workdir / "blank-images", self._storage_worker.submit)
 
     def pool(self, template: Template) -> TemplatePool:
         with self._pool_lock:
@@ -130,20 +147,27 @@ class ProcessBackend:
             raise InvalidRequest(f"sandbox_id: {sandbox_id!r} already exists on this node")
         pool = self.pool(template)
         base = self.workdir / "sandboxes" / sandbox_id
-        layer = Layer(base / "layer")
-        layer.create()
-        if layer_archive is not None:
-            layer.unpack(layer_archive)
-        root = base / "root"
-        root.mkdir(parents=True, exist_ok=True)
-        cgroup = self.node_cgroup.child(f"sb-{sandbox_id}").create()
-        cgroup.set_memory_limit(memory_limit)
-        cgroup.release_oom()  # past its own size a sandbox loses its largest command
-        cgroup.set_pids_limit(self.pids_limit)
-        sandbox = SandboxProcess(sandbox_id, template, group_id, memory_limit, cgroup, layer, root, session or {})
+        uid = self._uids.acquire()
+        try:
+            quota = self._spares.take(base, int(template.disk_quota), template.inode_quota)
+        except BaseException as err:
+            uid.release()
+            if isinstance(err, ValueError):
+                raise InvalidRequest(f"template {template.name}: {err}") from None
+            raise
+        sandbox = SandboxProcess(sandbox_id, template, group_id, memory_limit, self.node_cgroup.child(f"sb-{sandbox_id}"),
+                                 Layer(base / "layer"), base / "root", session or {}, uid, quota)
         with self._sandboxes_lock:
             self.sandboxes[sandbox_id] = sandbox
         try:
+            sandbox.layer.create()
+            if layer_archive is not None:
+                sandbox.layer.unpack(layer_archive)
+            sandbox.root.mkdir(parents=True, exist_ok=True)
+            sandbox.cgroup.create()
+            sandbox.cgroup.set_memory_limit(memory_limit)
+            sandbox.cgroup.release_oom()  # past its own size a sandbox loses its largest command
+            sandbox.cgroup.set_pids_limit(self.pids_limit)
             self.start(sandbox, pool)
         except BaseException:
             self.destroy(sandbox_id)
@@ -166,6 +190,9 @@ class ProcessBackend:
             tmp=str(sandbox.layer.tmp),
             read_only_binds=self._binds,
             run_setup=not pool.share_pages,
+            uid=sandbox.uid.uid,
+            disk_quota=sandbox.quota.size,
+            inode_quota=sandbox.quota.inodes,
             session_cwd=sandbox.session.get("cwd", "/workspace"),
             session_env=sandbox.session.get("env", {}),
         )
@@ -236,12 +263,16 @@ class ProcessBackend:
         sandbox.cgroup.remove()
         with sandbox.lock:
             sandbox.disconnect()
-        sandbox.layer.remove()
-        try:
-            sandbox.root.rmdir()
-            sandbox.root.parent.rmdir()
-        except OSError as err:
-            log.warning("sandbox %s: leftover directory %s (%s)", sandbox_id, sandbox.root, err)
+        sandbox.uid.release()  # only now: no process of the sandbox is left to run as it
+        # Unmounting a filesystem and detaching its loop device take tens of ms: done
+        # behind the caller's back, from a unique name, so the id may be created again now.
+        base = sandbox.root.parent
+        trash = self.workdir / "trash" / f"{sandbox_id}-{uuid.uuid4().hex[:8]}"
+        trash.parent.mkdir(exist_ok=True)
+        os.rename(base, trash)  # the quota filesystem's mount moves with its parent directory
+        moved = dataclasses.replace(sandbox.quota, path=trash / sandbox.quota.path.relative_to(base),
+                                    image=trash / sandbox.quota.image.relative_to(base))
+        self._storage_worker.submit(_remove_storage, sandbox_id, moved, trash)
 
     def shutdown(self) -> None:
         for sandbox_id in list(self.sandboxes):
@@ -253,3 +284,13 @@ class ProcessBackend:
             for pool in self._pools.values():
                 pool.close()
             self._pools.clear()
+        self._storage_worker.shutdown(wait=True)
+        self._spares.close()
+
+
+def _remove_storage(sandbox_id: str, quota: QuotaDir, trash: Path) -> None:
+    try:
+        quota.remove()
+        shutil.rmtree(trash)
+    except OSError as err:
+        log.warning("sandbox %s: leftover storage %s (%s)", sandbox_id, trash, err)
