@@ -23,6 +23,9 @@ def make_tiny(
     intermediate: Annotated[int | None, typer.Option(help="default: 3 x hidden")] = None,
     tied: Annotated[bool, typer.Option(help="tie lm_head to the embeddings")] = True,
     seed: int = 0,
+    tokenizer_dir: Annotated[Path | None, typer.Option(
+        help="a real checkpoint's tokenizer (tokenizer.json, tokenizer_config.json with its chat template) "
+             "to use instead of the byte-level one")] = None,
 ) -> None:
     """Write a complete tiny Hugging Face model directory with random weights."""
     from venusrl.model.tiny import make_tiny_model
@@ -31,6 +34,7 @@ def make_tiny(
         out = make_tiny_model(
             path, arch=arch, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
             head_dim=head_dim, intermediate=intermediate, tie_word_embeddings=tied, seed=seed,
+            tokenizer_dir=tokenizer_dir,
         )
     except ValueError as err:
         typer.echo(f"error: {err}", err=True)
