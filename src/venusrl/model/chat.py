@@ -36,9 +36,14 @@ class ChatTokenizer:
             raise ValueError(f"tokenizer {hf.name_or_path!r} has no chat template")
         self.hf = hf
         self.eos_token_ids = eos_token_ids
+        self.configure(template_kwargs, tool_call_format)
+
+    def configure(self, template_kwargs: dict[str, Any] | None, tool_call_format: str = "auto") -> None:
+        """Set the template's keyword arguments (config `model.chat_template_kwargs`) and the
+        tool-call format (`model.tool_call_format`; auto: detected from the template)."""
         self.template_kwargs: dict[str, Any] = dict(template_kwargs or {})
         self.tool_format: ToolCallFormat = (
-            detect_format(hf.chat_template) if tool_call_format == "auto" else get_format(tool_call_format))
+            detect_format(self.hf.chat_template) if tool_call_format == "auto" else get_format(tool_call_format))
 
     @property
     def vocab_size(self) -> int:
@@ -91,8 +96,11 @@ class ChatTokenizer:
             raise TemplateRenderError(f"messages[{index}]: the chat template cannot render it "
                                       f"({type(err).__name__}: {err})") from None
 
-    def parse_turn(self, text: str, tools: list[dict[str, Any]] | None, id_prefix: str = "call") -> ParsedTurn:
-        return parse_tool_calls(text, tools, id_prefix, self.tool_format)
+    def parse_turn(
+        self, text: str, tools: list[dict[str, Any]] | None, id_prefix: str = "call", opened: bool = False
+    ) -> ParsedTurn:
+        """`opened`: the generation prompt already opened the think block."""
+        return parse_tool_calls(text, tools, id_prefix, self.tool_format, opened)
 
 
 def _first_failing_message(apply, count: int) -> int:

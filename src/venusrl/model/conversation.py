@@ -31,9 +31,11 @@ from typing import Any
 
 from venusrl.model.chat import ChatTokenizer
 from venusrl.model.tool_calls import ParsedTurn
+from venusrl.model.turn_stream import prompt_opens_reasoning
 
 _MARK = "\x00venusrl-mark\x00"
 _USER = {"role": "user", "content": "u"}
+_PROMPT_TAIL = 8  # ids at the end of a prompt enough to see whether it opens a think block
 
 
 class TemplateLayoutError(ValueError):
@@ -95,12 +97,13 @@ class Conversation:
         (its reasoning as `reasoning_content`, its calls as `tool_calls`)."""
         if self.awaiting_messages:
             raise ValueError("add_assistant_turn called twice without add_messages in between")
+        opened = prompt_opens_reasoning(self.tokenizer.decode(self.token_ids[-_PROMPT_TAIL:]))
         self._append(generated_ids, generated=True)
         ends_with_eos = bool(generated_ids) and generated_ids[-1] in self.tokenizer.eos_token_ids
         body = generated_ids[:-1] if ends_with_eos else generated_ids
         self._eos_text = self.tokenizer.decode(generated_ids[-1:]) if ends_with_eos else ""
         self.awaiting_messages = True
-        parsed = self.tokenizer.parse_turn(self.tokenizer.decode(body), self.tools, id_prefix)
+        parsed = self.tokenizer.parse_turn(self.tokenizer.decode(body), self.tools, id_prefix, opened)
         self.messages.append(assistant_message(parsed))
         return parsed
 
