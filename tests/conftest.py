@@ -56,3 +56,14 @@ def qwen3_tokenizer(qwen3_model_dir):
     from venusrl.model.chat import load_tokenizer
 
     return load_tokenizer(qwen3_model_dir)
+
+
+@pytest.fixture(scope="session")
+def qwen3_tool_model_dir(tmp_path_factory):
+    """A small model over the official Qwen3 tokenizer and template that really thinks, then
+    calls a tool (tests/engine/tool_model.py)."""
+    from tests.engine.tool_model import THINKING_REPLY, teach_reply
+    from tests.real_tokenizers import make_real_vocab_model
+
+    return teach_reply(make_real_vocab_model(tmp_path_factory.mktemp("qwen3-tool-model"), "qwen3", seed=4),
+                       THINKING_REPLY)

@@ -75,6 +75,9 @@ def tool_schemas_by_name(tools: list[dict[str, Any]] | None) -> Schemas:
             raise ToolSchemaError(f"{where}.parameters: expected a JSON schema object, got {type(parameters).__name__}")
         if not isinstance(parameters.get("properties", {}), dict):
             raise ToolSchemaError(f"{where}.parameters.properties: expected an object")
+        required = parameters.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise ToolSchemaError(f"{where}.parameters.required: expected a list of parameter names")
         schemas[name] = parameters
     return schemas
 
@@ -116,7 +119,7 @@ def parameter_type(schemas: Schemas, tool: str, parameter: str) -> list[str]:
     """The JSON types a tool's parameter declares ([] when the schema does not say)."""
     declared = ((schemas or {}).get(tool) or {}).get("properties", {}).get(parameter, {})
     kind = declared.get("type") if isinstance(declared, dict) else None
-    return [kind] if isinstance(kind, str) else list(kind or [])
+    return [t for t in (kind if isinstance(kind, list) else [kind]) if isinstance(t, str)]
 
 
 def _check_arguments(arguments: dict[str, Any], schema: dict[str, Any]) -> str | None:
@@ -127,9 +130,9 @@ def _check_arguments(arguments: dict[str, Any], schema: dict[str, Any]) -> str |
     properties = schema.get("properties", {})
     for key, value in arguments.items():
         expected = properties.get(key, {}).get("type") if isinstance(properties.get(key), dict) else None
-        if expected is None:
+        allowed = [t for t in (expected if isinstance(expected, list) else [expected]) if isinstance(t, str)]
+        if not allowed:
             continue
-        allowed = expected if isinstance(expected, list) else [expected]
         python_types = tuple(t for name in allowed for t in _JSON_TYPES.get(name, (object,)))
         is_bool_as_number = isinstance(value, bool) and "boolean" not in allowed
         if not isinstance(value, python_types) or is_bool_as_number:
