@@ -194,7 +194,8 @@ def _lone_surrogate(value: Any, path: str) -> str | None:
                 return where
         elif isinstance(item, dict):
             for key, child in reversed(list(item.items())):
-                child_path = f"{where}.{key}" if where else str(key)
+                name = str(key).encode("utf-8", "backslashreplace").decode()  # the path must be encodable
+                child_path = f"{where}.{name}" if where else name
                 stack += [(child, child_path), (key, child_path)]
         elif isinstance(item, list):
             stack += [(child, f"{where}[{i}]") for i, child in reversed(list(enumerate(item)))]
