@@ -98,9 +98,9 @@ STATUSES: Counter = Counter()  # answers seen by the fuzz tests, by status code
 
 @pytest.fixture(scope="module")
 def api(qwen3_model_dir):
-    with serving(qwen3_model_dir, model_name="qwen3-tiny", kv_capacity_tokens=4096, default_max_tokens=4) as (base, _):
-        with httpx.Client(base_url=base, headers=AUTH, timeout=120) as client:
-            yield client
+    with (serving(qwen3_model_dir, model_name="qwen3-tiny", kv_capacity_tokens=4096, default_max_tokens=4) as (base, _),
+          httpx.Client(base_url=base, headers=AUTH, timeout=120) as client):
+        yield client
 
 
 def send(api, path, body):
