@@ -66,4 +66,4 @@ def qwen3_tool_model_dir(tmp_path_factory):
     from tests.real_tokenizers import make_real_vocab_model
 
     return teach_reply(make_real_vocab_model(tmp_path_factory.mktemp("qwen3-tool-model"), "qwen3", seed=4),
-                       THINKING_REPLY)
+                       THINKING_REPLY, lr=1e-2)

@@ -26,14 +26,14 @@ def teach_tool_call(path):
     return teach_reply(make_tiny_model(path, seed=4), TOOL_REPLY)
 
 
-def teach_reply(path, reply):
+def teach_reply(path, reply, lr=3e-3):
     """Overfit the model at `path` to answer TOOL_PROMPT (with ADD_TOOL) with `reply`."""
     tokenizer = load_tokenizer(path)
     model = load_model(path).train()
     prompt = tokenizer.encode_chat(TOOL_PROMPT, [ADD_TOOL])
     target = tokenizer.encode(reply) + [tokenizer.eos_token_ids[0]]
     ids = torch.tensor([prompt + target])
-    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     greedy = SamplingParams(max_new_tokens=len(target) + 4, temperature=0)
     for step in range(600):
         logits = model.lm_head(model.hidden_states(ids[:, :-1])[0, len(prompt) - 1 :])  # the reply's rows only
@@ -41,7 +41,7 @@ def teach_reply(path, reply):
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        if step % 25 == 24 and generate(model.eval(), prompt, greedy).token_ids == target:
+        if step % 10 == 9 and generate(model.eval(), prompt, greedy).token_ids == target:
             break
         model.train()
     assert generate(model.eval(), prompt, greedy).token_ids == target, "the tiny model did not learn the reply"
