@@ -195,3 +195,31 @@ def test_detected_formats():
     assert load_tokenizer(tokenizer_dir("qwen2_5")).tool_format.name == "hermes"
     assert load_tokenizer(tokenizer_dir("llama3_1")).tool_format.name == "llama3_json"
     assert load_tokenizer(tokenizer_dir("qwen3"), tool_call_format="qwen3_coder").tool_format.name == "qwen3_coder"
+
+
+def test_qwen3_coder_format_is_detected_from_its_template_layout():
+    """No package ships Qwen3-Coder's template; its tool-call layout (XML function and
+    parameter tags inside <tool_call>) is what detection keys on."""
+    from venusrl.model.tool_formats import detect_format
+
+    coder = ("{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}"
+             "{{- '<parameter=' + name + '>\\n' + value + '\\n</parameter>\\n' }}{{- '</function>\\n</tool_call>' }}")
+    assert detect_format(coder).name == "qwen3_coder"
+    assert detect_format(qwen3().hf.chat_template).name == "hermes"
+
+
+def test_make_tiny_with_a_real_tokenizer_from_the_cli(tmp_path):
+    from typer.testing import CliRunner
+
+    from venusrl.cli import app
+    from venusrl.model.checkpoint import load_model
+
+    result = CliRunner().invoke(app, ["model", "make-tiny", str(tmp_path / "m"), "--layers", "1", "--hidden", "16",
+                                      "--heads", "2", "--kv-heads", "1", "--tokenizer-dir", str(tokenizer_dir("qwen3"))])
+    assert result.exit_code == 0, result.output
+    model, tok = load_model(tmp_path / "m"), load_tokenizer(tmp_path / "m")
+    assert model.args.vocab_size >= tok.vocab_size == 151669
+    assert tok.eos_token_ids == (151645, 151643)  # <|im_end|>, <|endoftext|>: Qwen3's generation config
+    assert tok.hf.chat_template == qwen3().hf.chat_template
+    result = CliRunner().invoke(app, ["model", "make-tiny", str(tmp_path / "n"), "--tokenizer-dir", str(tmp_path)])
+    assert result.exit_code == 2 and "tokenizer.json" in result.output

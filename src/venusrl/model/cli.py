@@ -55,7 +55,6 @@ def generate_cmd(
     from venusrl.model.chat import load_tokenizer
     from venusrl.model.checkpoint import load_model
     from venusrl.model.generate import generate
-    from venusrl.model.tool_calls import parse_tool_calls
     from venusrl.types import SamplingParams
 
     tool_schemas = json.loads(tools.read_text()) if tools else None
@@ -65,12 +64,15 @@ def generate_cmd(
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     out = generate(policy, prompt_ids, params)
     text = tokenizer.decode(out.token_ids, skip_special_tokens=False)
-    parsed = parse_tool_calls(text, tool_schemas)
+    body = out.token_ids[:-1] if out.token_ids and out.token_ids[-1] in tokenizer.eos_token_ids else out.token_ids
+    parsed = tokenizer.parse_turn(tokenizer.decode(body), tool_schemas)
     typer.echo(json.dumps({
         "prompt_tokens": len(prompt_ids),
         "completion_tokens": len(out.token_ids),
         "finish_reason": out.finish_reason,
         "text": text,
+        "reasoning_content": parsed.reasoning_content,
+        "content": parsed.content,
         "tool_calls": parsed.tool_calls,
         "tool_call_errors": [e.message for e in parsed.errors],
     }, indent=2, ensure_ascii=False))
