@@ -239,7 +239,8 @@ def create_app(
 
 def _install_error_handlers(app: FastAPI) -> None:
     """OpenAI's error shape for what FastAPI would answer in its own: validation and JSON
-    parser errors (400, not 422), unknown routes and methods; a server fault stays a 500."""
+    parser errors (400, not 422), unknown routes and methods; a stopped engine is a 503 (on
+    /stats too), any other server fault a 500."""
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(_: Request, err: RequestValidationError) -> JSONResponse:
@@ -249,6 +250,10 @@ def _install_error_handlers(app: FastAPI) -> None:
     async def http_error(_: Request, err: HTTPException) -> JSONResponse:
         code = {404: "not_found", 405: "method_not_allowed"}.get(err.status_code)
         return error_response(err.status_code, str(err.detail), code=code)
+
+    @app.exception_handler(EngineStopped)
+    async def engine_stopped(_: Request, err: EngineStopped) -> JSONResponse:
+        return error_response(503, str(err), kind="server_error", code="engine_stopped")
 
     @app.exception_handler(Exception)
     async def server_fault(request: Request, err: Exception) -> JSONResponse:
