@@ -7,6 +7,8 @@ import json
 import re
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tests.real_tokenizers import tokenizer_dir
 
 from venusrl.model.chat import load_tokenizer
@@ -223,3 +225,10 @@ def test_make_tiny_with_a_real_tokenizer_from_the_cli(tmp_path):
     assert tok.hf.chat_template == qwen3().hf.chat_template
     result = CliRunner().invoke(app, ["model", "make-tiny", str(tmp_path / "n"), "--tokenizer-dir", str(tmp_path)])
     assert result.exit_code == 2 and "tokenizer.json" in result.output
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(st.characters(exclude_categories=["Cs"]), max_size=30))
+def test_token_bytes_concatenate_to_the_texts_bytes(tokenizer, text):
+    ids = tokenizer.encode(text)
+    assert b"".join(tokenizer.token_bytes(i) for i in ids) == text.encode()

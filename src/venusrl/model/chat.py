@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ class ChatTokenizer:
             raise ValueError(f"tokenizer {hf.name_or_path!r} has no chat template")
         self.hf = hf
         self.eos_token_ids = eos_token_ids
+        self._added_tokens = frozenset(hf.get_added_vocab())
         self.configure(template_kwargs, tool_call_format)
 
     def configure(self, template_kwargs: dict[str, Any] | None, tool_call_format: str = "auto") -> None:
@@ -58,8 +60,10 @@ class ChatTokenizer:
     def token_bytes(self, token_id: int) -> bytes:
         """The token's own bytes (a byte-level token may hold part of a UTF-8 character)."""
         token = self.hf.convert_ids_to_tokens(token_id)
-        if token in self.hf.get_added_vocab():
+        if token in self._added_tokens:
             return token.encode()
+        if (byte := _BYTE_FALLBACK.fullmatch(token)) is not None:  # SentencePiece's <0xF0>
+            return bytes([int(byte.group(1), 16)])
         try:
             return bytes(_BYTE_DECODER[c] for c in token)
         except KeyError:  # not a byte-level vocabulary: its text is its bytes
@@ -202,6 +206,7 @@ def _byte_decoder() -> dict[str, int]:
 
 
 _BYTE_DECODER = _byte_decoder()
+_BYTE_FALLBACK = re.compile(r"<0x([0-9A-Fa-f]{2})>")
 
 
 def load_tokenizer(
