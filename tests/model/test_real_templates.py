@@ -232,3 +232,17 @@ def test_make_tiny_with_a_real_tokenizer_from_the_cli(tmp_path):
 def test_token_bytes_concatenate_to_the_texts_bytes(tokenizer, text):
     ids = tokenizer.encode(text)
     assert b"".join(tokenizer.token_bytes(i) for i in ids) == text.encode()
+
+
+def test_a_template_failure_names_the_message_index():
+    """A template's own error (here a Qwen3 template broken on assistant messages) is a
+    ValueError naming the first message it fails on."""
+    from venusrl.model.chat import TemplateRenderError
+
+    tok = load_tokenizer(tokenizer_dir("qwen3"))
+    assert "{%- if '</think>' in message.content %}" in tok.hf.chat_template
+    tok.hf.chat_template = tok.hf.chat_template.replace("{%- if '</think>' in message.content %}",
+                                                        "{%- if message.content.nope() %}")
+    messages = [{"role": "user", "content": "a"}] * 3 + [{"role": "assistant", "content": "b"}] * 4
+    with pytest.raises(TemplateRenderError, match=r"^messages\[3\]: the chat template cannot render it"):
+        tok.render(messages)

@@ -108,14 +108,19 @@ class ChatTokenizer:
 
 
 def _first_failing_message(apply, count: int) -> int:
-    """The shortest prefix the template fails on ends at the culprit (the last one if every
-    prefix renders, e.g. a template that rejects how the conversation ends)."""
-    for upto in range(1, count):
+    """The culprit ends the shortest prefix the template fails on (found by bisection: a
+    template failing on a message fails on every longer prefix); the last message if every
+    proper prefix renders, e.g. a template that rejects how the conversation ends."""
+    low, high = 1, count  # the prefix of `high` messages fails
+    while low < high:
+        middle = (low + high) // 2
         try:
-            apply(upto, False)
+            apply(middle, False)
         except Exception:  # any failure of the template marks the culprit
-            return upto - 1
-    return count - 1
+            high = middle
+        else:
+            low = middle + 1
+    return high - 1
 
 
 def template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
