@@ -117,7 +117,8 @@ def test_qwen3_follow_up_user_turn_keeps_earlier_thinking_append_only():
 
 def test_qwen3_enable_thinking_false_from_config_and_per_conversation():
     """enable_thinking=False: each generation prompt carries the empty think block (prompt
-    ids, mask 0); the model's turns are the answer only."""
+    ids, mask 0); the model's turns are the answer only. One call, two parallel calls, an
+    answer, a follow-up user turn."""
     empty_think = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
     for tok, kwargs in ((load_tokenizer(tokenizer_dir("qwen3"), template_kwargs={"enable_thinking": False}), None),
                         (qwen3(), {"enable_thinking": False})):
@@ -128,6 +129,10 @@ def test_qwen3_enable_thinking_false_from_config_and_per_conversation():
         assert one.reasoning_content is None
         added = model.then(tool_results(one, "5"))
         assert tok.decode(added) == "\n<|im_start|>user\n<tool_response>\n5\n</tool_response><|im_end|>\n" + empty_think
+        two = model.says(hermes("lookup", {"word": "sum"}) + "\n" + hermes("lookup", {"word": "plus"}))
+        added = model.then(tool_results(two, "adding", "and"))
+        assert tok.decode(added) == ("\n<|im_start|>user\n<tool_response>\nadding\n</tool_response>\n<tool_response>\n"
+                                     "and\n</tool_response><|im_end|>\n" + empty_think)
         model.says("5.")
         added = model.then([{"role": "user", "content": "thanks"}])
         assert tok.decode(added).endswith(empty_think)
