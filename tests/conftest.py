@@ -28,3 +28,42 @@ def tool_calling_model_dir(tmp_path_factory):
     from tests.engine.tool_model import teach_tool_call
 
     return teach_tool_call(tmp_path_factory.mktemp("tool-model"))
+
+
+@pytest.fixture(scope="session")
+def real_model_dirs(tmp_path_factory):
+    """Small random-weight models over the official Qwen3, Qwen2.5 and Llama 3.1 tokenizers
+    (tests/real_tokenizers.py), each built on first use."""
+    from tests.real_tokenizers import make_real_vocab_model
+
+    built = {}
+
+    def get(name: str):
+        if name not in built:
+            built[name] = make_real_vocab_model(tmp_path_factory.mktemp(f"real-{name}"), name)
+        return built[name]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def qwen3_model_dir(real_model_dirs):
+    return real_model_dirs("qwen3")
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer(qwen3_model_dir):
+    from venusrl.model.chat import load_tokenizer
+
+    return load_tokenizer(qwen3_model_dir)
+
+
+@pytest.fixture(scope="session")
+def qwen3_tool_model_dir(tmp_path_factory):
+    """A small model over the official Qwen3 tokenizer and template that really thinks, then
+    calls a tool (tests/engine/tool_model.py)."""
+    from tests.engine.tool_model import THINKING_REPLY, teach_reply
+    from tests.real_tokenizers import make_real_vocab_model
+
+    return teach_reply(make_real_vocab_model(tmp_path_factory.mktemp("qwen3-tool-model"), "qwen3", seed=4),
+                       THINKING_REPLY, lr=1e-2)

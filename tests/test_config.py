@@ -88,3 +88,17 @@ def test_override_into_a_value_is_an_error(tmp_path):
 @given(st.integers(min_value=1, max_value=10**6))
 def test_integer_override_round_trips(value):
     assert load_config(overrides=[f"engine.page_size={value}"]).engine.page_size == value
+
+
+def test_chat_template_kwargs_and_tool_call_format():
+    from venusrl.config import validate_config
+
+    config = validate_config({"model": {"chat_template_kwargs": {"enable_thinking": False},
+                                        "tool_call_format": "qwen3_coder"}})
+    assert config.model.chat_template_kwargs == {"enable_thinking": False}
+    assert config.model.tool_call_format == "qwen3_coder"
+    assert validate_config({}).model.tool_call_format == "auto"
+    with pytest.raises(ConfigError, match="model.tool_call_format"):
+        validate_config({"model": {"tool_call_format": "xml"}})
+    with pytest.raises(ConfigError, match="model.chat_template_kwargs"):
+        validate_config({"model": {"chat_template_kwargs": ["enable_thinking"]}})

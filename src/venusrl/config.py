@@ -34,6 +34,10 @@ class ModelConfig(Section):
     path: str | None = Field(None, description="Hugging Face model directory")
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: str = Field("cpu", description="torch device of the policy model")
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="keyword arguments of the chat template, e.g. {enable_thinking: false} (Qwen3)")
+    tool_call_format: Literal["auto", "hermes", "qwen3_coder", "llama3_json"] = Field(
+        "auto", description="how the model writes tool calls; auto: the one its chat template shows")
 
 
 class RunConfig(Section):

@@ -29,7 +29,9 @@ def test_serve_process_answers_and_logs(tiny_model_dir, tmp_path):
         response = httpx.post(f"{base}/v1/chat/completions", headers={"Authorization": "Bearer k"}, timeout=60,
                               json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
         assert response.status_code == 200, response.text
-        assert httpx.get(f"{base}/stats").json()["kv_capacity_tokens"] == 2048
+        assert httpx.get(f"{base}/stats").status_code == 401  # behind the API key
+        stats = httpx.get(f"{base}/stats", headers={"Authorization": "Bearer k"}).json()
+        assert stats["kv_capacity_tokens"] == 2048
         assert httpx.get(f"{base}/v1/models").status_code == 401
     finally:
         process.terminate()

@@ -1,43 +1,19 @@
 """`venusrl serve` over real HTTP, driven by the official openai client."""
 
 import json
-import threading
 import time
 
 import httpx
 import openai
 import pytest
-import uvicorn
+from tests.engine.serving import API_KEY, serving
 from tests.engine.tool_model import ADD_TOOL, TOOL_PROMPT
-from tests.ports import free_port
-
-from venusrl.engine.async_engine import AsyncEngine
-from venusrl.engine.config import EngineConfig
-from venusrl.engine.engine import Engine
-from venusrl.engine.server import create_app
-
-API_KEY = "test-key"
 
 
 @pytest.fixture(scope="module")
 def server(tool_calling_model_dir):
-    engine = Engine.from_pretrained(tool_calling_model_dir, EngineConfig(kv_capacity_tokens=8192, page_size=4))
-    async_engine = AsyncEngine(engine)
-    app = create_app(async_engine, engine.tokenizer, "tiny", api_key=API_KEY)
-    port = free_port()
-    uv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=uv.run, daemon=True)
-    thread.start()
-    base = f"http://127.0.0.1:{port}"
-    for _ in range(100):
-        try:
-            httpx.get(f"{base}/health", timeout=1)
-            break
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    yield base, engine
-    uv.should_exit = True
-    thread.join(timeout=10)
+    with serving(tool_calling_model_dir) as running:
+        yield running
 
 
 @pytest.fixture
@@ -123,7 +99,7 @@ def test_client_disconnect_aborts_and_frees_kv(server):
                 break
     deadline = time.time() + 10
     while time.time() < deadline:
-        stats = httpx.get(f"{base}/stats").json()
+        stats = httpx.get(f"{base}/stats", headers={"Authorization": f"Bearer {API_KEY}"}).json()
         if stats["running"] == 0 and stats["waiting"] == 0:
             break
         time.sleep(0.05)

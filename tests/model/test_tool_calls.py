@@ -1,6 +1,7 @@
 """Tool-call parsing: good calls become OpenAI objects, bad ones structured errors."""
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -78,3 +79,53 @@ def test_unclosed_call_is_an_error():
 def test_parser_never_raises(pieces):
     turn = parse_tool_calls("".join(pieces), TOOLS)
     assert all(e.message.startswith("tool call ") for e in turn.errors)
+
+
+def coder_call(name, **parameters):
+    body = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in parameters.items())
+    return f"<tool_call>\n<function={name}>\n{body}</function>\n</tool_call>"
+
+
+def test_qwen3_coder_xml_calls_read_values_by_schema_type():
+    text = "Adding.\n" + coder_call("add", a="1", b="2.5") + "\n" + coder_call("bash", cmd="echo 1\nls -l")
+    turn = parse_tool_calls(text, TOOLS, id_prefix="c", format="qwen3_coder")
+    assert turn.errors == [] and turn.content == "Adding."
+    assert [json.loads(c["function"]["arguments"]) for c in turn.tool_calls] == [
+        {"a": 1, "b": 2.5}, {"cmd": "echo 1\nls -l"}]
+
+
+def test_qwen3_coder_malformed_calls_are_errors():
+    turn = parse_tool_calls(coder_call("add", a="one", b="2"), TOOLS, format="qwen3_coder")
+    assert turn.tool_calls == [] and "argument 'a' must be number" in turn.errors[0].message
+    turn = parse_tool_calls('<tool_call>\n{"name": "add"}\n</tool_call>', TOOLS, format="qwen3_coder")
+    assert "<function=NAME>" in turn.errors[0].message
+
+
+def test_llama3_json_calls():
+    one = parse_tool_calls('{"name": "bash", "parameters": {"cmd": "ls"}}', TOOLS, format="llama3_json")
+    assert one.errors == [] and one.content == "" and json.loads(one.tool_calls[0]["function"]["arguments"]) == {"cmd": "ls"}
+    two = parse_tool_calls('<|python_tag|>{"name": "add", "parameters": {"a": 1, "b": 2}}; '
+                           '{"name": "bash", "parameters": {"cmd": "pwd"}}', TOOLS, format="llama3_json")
+    assert [c["function"]["name"] for c in two.tool_calls] == ["add", "bash"]
+    answer = parse_tool_calls('The answer is {"x": 1}.', TOOLS, format="llama3_json")
+    assert answer.tool_calls == [] and answer.errors == [] and answer.content == 'The answer is {"x": 1}.'
+    broken = parse_tool_calls('{"name": "add", "parameters": {"a": 1', TOOLS, format="llama3_json")
+    assert broken.tool_calls == [] and "invalid JSON" in broken.errors[0].message
+
+
+def test_reasoning_is_split_off_before_parsing_in_every_format():
+    for fmt, call in (("hermes", '<tool_call>\n{"name": "bash", "arguments": {"cmd": "ls"}}\n</tool_call>'),
+                      ("qwen3_coder", coder_call("bash", cmd="ls")),
+                      ("llama3_json", '{"name": "bash", "parameters": {"cmd": "ls"}}')):
+        turn = parse_tool_calls(f"<think>\nfirst {call} no, wait\n</think>\n\n{call}", TOOLS, format=fmt)
+        assert len(turn.tool_calls) == 1 and turn.errors == [], fmt
+        assert turn.reasoning_content == f"first {call} no, wait"
+
+
+def test_malformed_tool_schemas_name_the_field():
+    from venusrl.model.tool_calls import ToolSchemaError
+
+    for tools, where in (([{"type": "function"}], "tools[0].function"), ([{"type": "function", "function": {}}],
+                         "tools[0].function.name"), (["x"], "tools[0]"), ([{"type": "retrieval"}], "tools[0].type")):
+        with pytest.raises(ToolSchemaError, match=re.escape(where)):
+            parse_tool_calls("hi", tools)

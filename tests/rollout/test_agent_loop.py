@@ -113,3 +113,35 @@ def test_truncation_is_marked(tokenizer):
 def test_dataset_row_missing_a_field_is_named(tokenizer):
     with pytest.raises(ValueError, match="row: missing field\\(s\\) b needed by AddEnv"):
         run(run_agent_loop(AddEnv(), {"a": 2}, Scripted(tokenizer, []), tokenizer, RolloutConfig(), "t"))
+
+
+def test_qwen3_template_model_thinks_calls_and_the_trajectory_keeps_it(qwen3_tool_model_dir):
+    """On the official Qwen3 template: the model's reasoning is kept in the trajectory (ids and
+    reasoning_content), its call runs, and the ids are the template's rendering of the
+    conversation up to the next generation prompt."""
+    from tests.engine.tool_model import SPLIT_EMOJI, THINKING_REPLY
+
+    engine = Engine.from_pretrained(qwen3_tool_model_dir, EngineConfig(kv_capacity_tokens=8192, page_size=4))
+    tok = engine.tokenizer
+    env = AddEnv()
+
+    async def main():
+        async_engine = AsyncEngine(engine)
+        try:
+            return await run_agent_loop(env, {"a": 2, "b": 3}, engine_generate(async_engine), tok,
+                                        RolloutConfig(max_turns=2, max_new_tokens_per_turn=40, temperature=0), "q3")
+        finally:
+            await async_engine.shutdown()
+
+    rollout = run(main())
+    assert [json.loads(c["function"]["arguments"]) for c in env.calls] == [{"a": 2, "b": 3}]
+    assistant = rollout.messages[1]
+    assert assistant["reasoning_content"] == f"Add them {SPLIT_EMOJI}." and assistant["content"] == ""
+    prompt = tok.encode_chat(TOOL_PROMPT, [ADD_TOOL])
+    first_turn = tok.encode(THINKING_REPLY) + [tok.eos_token_ids[0]]
+    assert rollout.token_ids[: len(prompt) + len(first_turn)] == prompt + first_turn
+    second_prompt = tok.encode(tok.render(rollout.messages[:3], [ADD_TOOL], add_generation_prompt=True))
+    assert rollout.token_ids[: len(second_prompt)] == second_prompt
+    assert sum(rollout.generated_mask) == sum(t.generated_tokens for t in rollout.turns)
+    assert len(rollout.logprobs) == len(rollout.token_ids)
+    assert all(lp == 0.0 for lp, m in zip(rollout.logprobs, rollout.generated_mask, strict=True) if not m)

@@ -200,3 +200,67 @@ def test_cli_trains_on_generated_calculator_demonstrations(tiny_model_dir, tmp_p
     assert result.exit_code == 0, result.output
     assert json.loads(result.output[result.output.index("{"):])["examples"] == 2
     load_model(out)
+
+
+def qwen3_conversation(with_reasoning=True):
+    """One call, two parallel calls, an answer, then a follow-up user turn and its answer."""
+    think = (lambda text: {"reasoning_content": text}) if with_reasoning else (lambda text: {})
+    calc = [{"id": "c0", "type": "function", "function": {"name": "calculate", "arguments": json.dumps(a)}}
+            for a in ({"expression": "2 + 3"}, {"expression": "5 * 2"}, {"expression": "10 + 1"})]
+    return [
+        {"role": "user", "content": "Compute ((2 + 3) * 2) + 1, and 5 * 2."},
+        {"role": "assistant", "content": None, "tool_calls": [calc[0]], **think("First 2 + 3.")},
+        {"role": "tool", "tool_call_id": "c0", "content": "5"},
+        {"role": "assistant", "content": "Two at once.", "tool_calls": [calc[1], calc[2]], **think("Now both.")},
+        {"role": "tool", "tool_call_id": "c0", "content": "10"},
+        {"role": "tool", "tool_call_id": "c0", "content": "11"},
+        {"role": "assistant", "content": "11 and 10.", **think("Done.")},
+        {"role": "user", "content": "And 1 + 1?"},
+        {"role": "assistant", "content": "2."},
+    ]
+
+
+@pytest.mark.parametrize("with_reasoning", [True, False])
+def test_qwen3_multi_turn_loss_mask_is_exactly_the_assistant_turns(qwen3_tokenizer, with_reasoning):
+    """On the official Qwen3 template the mask covers each assistant turn as the template
+    renders it right after its generation prompt -- always with its think block, empty when
+    the message has no reasoning, as a Qwen3 model thinking writes it -- plus <|im_end|>."""
+    tok = qwen3_tokenizer
+    conversation = qwen3_conversation(with_reasoning)
+    (example,) = sft_examples(tok, [conversation], TOOLS)
+    runs, current = [], []
+    for token, masked in zip(example.token_ids, example.loss_mask, strict=True):
+        if masked:
+            current.append(token)
+        elif current:
+            runs, current = [*runs, current], []
+    runs += [current] if current else []
+    call = '<tool_call>\n{{"name": "calculate", "arguments": {}}}\n</tool_call>'
+    args = [c["function"]["arguments"] for m in conversation for c in m.get("tool_calls", [])]
+    think = (lambda text: f"<think>\n{text}\n</think>\n\n") if with_reasoning else (lambda text: "<think>\n\n</think>\n\n")
+    expected = [think("First 2 + 3.") + call.format(args[0]),
+                think("Now both.") + "Two at once.\n" + call.format(args[1]) + "\n" + call.format(args[2]),
+                think("Done.") + "11 and 10.",
+                "<think>\n\n</think>\n\n2."]
+    assert [tok.decode(r) for r in runs] == [e + "<|im_end|>" for e in expected]
+    # up to the follow-up user turn the ids are the template's rendering of the conversation
+    before_follow_up = tok.encode(tok.render(conversation[:7], TOOLS))
+    if with_reasoning:
+        assert example.token_ids[: len(before_follow_up) - 1] == before_follow_up[:-1]  # all but the final '\n'
+
+
+def test_cli_sft_multi_turn_on_a_qwen3_directory(qwen3_model_dir, tmp_path):
+    data = tmp_path / "conversations.jsonl"
+    data.write_text("\n".join(json.dumps({"messages": qwen3_conversation(r), "tools": TOOLS}) for r in (True, False)))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(cli(), ["--model", str(qwen3_model_dir), "--out", str(out), "--data", str(data),
+                                        "--epochs", "1", "--batch-size", "2", "--lr", "1e-4", "--no-progress",
+                                        "--chat-template-kwargs", '{"enable_thinking": true}'])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.output[result.output.index("{"):])
+    assert metrics["examples"] == 2 and metrics["steps"] == 1
+    assert load_tokenizer(out).hf.chat_template == load_tokenizer(qwen3_model_dir).hf.chat_template
+    load_model(out)
+    bad = CliRunner().invoke(cli(), ["--model", str(qwen3_model_dir), "--out", str(tmp_path / "x"), "--data", str(data),
+                                     "--chat-template-kwargs", "[1]"])
+    assert bad.exit_code == 2 and "--chat-template-kwargs" in bad.output

@@ -32,6 +32,7 @@ def serve(
     settings = load_config_or_exit(config, overrides)
     setup_logging(settings.run.log_level)
     engine = Engine.from_pretrained(model, settings.engine, settings.model.dtype, settings.model.device)
+    engine.tokenizer.configure(settings.model.chat_template_kwargs, settings.model.tool_call_format)
     log.info("serving %s on http://%s:%d (KV pool %d tokens)", model, host, port, settings.engine.kv_capacity_tokens)
     app = create_app(AsyncEngine(engine), engine.tokenizer, served_model_name or model.name, api_key)
     uvicorn.run(app, host=host, port=port, log_level="warning")

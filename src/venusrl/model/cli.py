@@ -23,6 +23,9 @@ def make_tiny(
     intermediate: Annotated[int | None, typer.Option(help="default: 3 x hidden")] = None,
     tied: Annotated[bool, typer.Option(help="tie lm_head to the embeddings")] = True,
     seed: int = 0,
+    tokenizer_dir: Annotated[Path | None, typer.Option(
+        help="a real checkpoint's tokenizer (tokenizer.json, tokenizer_config.json with its chat template) "
+             "to use instead of the byte-level one")] = None,
 ) -> None:
     """Write a complete tiny Hugging Face model directory with random weights."""
     from venusrl.model.tiny import make_tiny_model
@@ -31,6 +34,7 @@ def make_tiny(
         out = make_tiny_model(
             path, arch=arch, layers=layers, hidden=hidden, heads=heads, kv_heads=kv_heads,
             head_dim=head_dim, intermediate=intermediate, tie_word_embeddings=tied, seed=seed,
+            tokenizer_dir=tokenizer_dir,
         )
     except ValueError as err:
         typer.echo(f"error: {err}", err=True)
@@ -51,7 +55,6 @@ def generate_cmd(
     from venusrl.model.chat import load_tokenizer
     from venusrl.model.checkpoint import load_model
     from venusrl.model.generate import generate
-    from venusrl.model.tool_calls import parse_tool_calls
     from venusrl.types import SamplingParams
 
     tool_schemas = json.loads(tools.read_text()) if tools else None
@@ -61,12 +64,15 @@ def generate_cmd(
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)
     out = generate(policy, prompt_ids, params)
     text = tokenizer.decode(out.token_ids, skip_special_tokens=False)
-    parsed = parse_tool_calls(text, tool_schemas)
+    body = out.token_ids[:-1] if out.token_ids and out.token_ids[-1] in tokenizer.eos_token_ids else out.token_ids
+    parsed = tokenizer.parse_turn(tokenizer.decode(body), tool_schemas)
     typer.echo(json.dumps({
         "prompt_tokens": len(prompt_ids),
         "completion_tokens": len(out.token_ids),
         "finish_reason": out.finish_reason,
         "text": text,
+        "reasoning_content": parsed.reasoning_content,
+        "content": parsed.content,
         "tool_calls": parsed.tool_calls,
         "tool_call_errors": [e.message for e in parsed.errors],
     }, indent=2, ensure_ascii=False))

@@ -1,13 +1,17 @@
 """A complete, tiny Hugging Face model directory built locally: config.json, random
-weights, a byte-level tokenizer.json, tokenizer and generation configs, a chat template."""
+weights, tokenizer and generation configs, a chat template. The tokenizer is either our
+byte-level one, or a real checkpoint's (`tokenizer_dir`: its tokenizer.json and
+tokenizer_config.json, chat template included, copied as they are; the embedding then spans
+the real vocabulary)."""
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
@@ -25,6 +29,9 @@ SPECIAL_TOKENS = (
     "<tool_response>",
     "</tool_response>",
 )
+# Tokens that end a turn or a document in the checkpoints we support; those a real tokenizer
+# has become the generation config's eos ids, as in the official generation_config.json files.
+_END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>")
 _ARCHITECTURES = {"qwen3": "Qwen3ForCausalLM", "qwen2": "Qwen2ForCausalLM", "llama": "LlamaForCausalLM"}
 
 
@@ -59,6 +66,7 @@ def make_tiny_model(
     max_position_embeddings: int = 4096,
     seed: int = 0,
     max_shard_bytes: int | None = None,
+    tokenizer_dir: str | Path | None = None,
 ) -> Path:
     if arch not in _ARCHITECTURES:
         raise ValueError(f"arch {arch!r} is not one of {', '.join(_ARCHITECTURES)}")
@@ -66,12 +74,11 @@ def make_tiny_model(
         raise ValueError(f"hidden ({hidden}) must divide by heads ({heads}) and heads by kv_heads ({kv_heads})")
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_byte_tokenizer()
-    token_id = tokenizer.token_to_id
+    vocab = _write_tokenizer(path, max_position_embeddings, tokenizer_dir)
     config = {
         "architectures": [_ARCHITECTURES[arch]],
         "model_type": arch,
-        "vocab_size": tokenizer.get_vocab_size(),
+        "vocab_size": vocab.size,
         "hidden_size": hidden,
         "intermediate_size": intermediate or 3 * hidden,
         "num_hidden_layers": layers,
@@ -86,9 +93,9 @@ def make_tiny_model(
         "tie_word_embeddings": tie_word_embeddings,
         "attention_dropout": 0.0,
         "initializer_range": 0.02,
-        "bos_token_id": None,
-        "eos_token_id": token_id("<|im_end|>"),
-        "pad_token_id": token_id("<|endoftext|>"),
+        "bos_token_id": vocab.bos_id,
+        "eos_token_id": vocab.eos_ids[0],
+        "pad_token_id": vocab.pad_id,
         "use_cache": True,
         "torch_dtype": "float32",
     }
@@ -100,36 +107,49 @@ def make_tiny_model(
         config.update(attention_bias=False)
     (path / "config.json").write_text(json.dumps(config, indent=2))
     save_weights(_random_model(ModelArgs.from_hf(config), seed), path, max_shard_bytes)
-    tokenizer.save(str(path / "tokenizer.json"))
-    (path / "tokenizer_config.json").write_text(
-        json.dumps(
-            {
-                "tokenizer_class": "PreTrainedTokenizerFast",
-                "model_max_length": max_position_embeddings,
-                "eos_token": "<|im_end|>",
-                "pad_token": "<|endoftext|>",
-                "bos_token": None,
-                "unk_token": None,
-                "add_bos_token": False,
-                "clean_up_tokenization_spaces": False,
-                "additional_special_tokens": list(SPECIAL_TOKENS[1:]),
-                "chat_template": chat_template(),
-            },
-            indent=2,
-        )
-    )
-    (path / "generation_config.json").write_text(
-        json.dumps(
-            {
-                "bos_token_id": None,
-                "eos_token_id": [token_id("<|im_end|>"), token_id("<|endoftext|>")],
-                "pad_token_id": token_id("<|endoftext|>"),
-                "do_sample": False,
-            },
-            indent=2,
-        )
-    )
+    (path / "generation_config.json").write_text(json.dumps(
+        {"bos_token_id": vocab.bos_id, "eos_token_id": list(vocab.eos_ids), "pad_token_id": vocab.pad_id,
+         "do_sample": False}, indent=2))
     return path
+
+
+class _Vocabulary(NamedTuple):
+    size: int  # rows of the embedding: the tokenizer's length rounded up, as real checkpoints pad it
+    eos_ids: tuple[int, ...]
+    pad_id: int
+    bos_id: int | None
+
+
+def _write_tokenizer(path: Path, max_length: int, tokenizer_dir: str | Path | None) -> _Vocabulary:
+    if tokenizer_dir is None:
+        tokenizer = build_byte_tokenizer()
+        tokenizer.save(str(path / "tokenizer.json"))
+        (path / "tokenizer_config.json").write_text(json.dumps({
+            "tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_length,
+            "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": None, "unk_token": None,
+            "add_bos_token": False, "clean_up_tokenization_spaces": False,
+            "additional_special_tokens": list(SPECIAL_TOKENS[1:]), "chat_template": chat_template(),
+        }, indent=2))
+        ids = tokenizer.token_to_id
+        return _Vocabulary(tokenizer.get_vocab_size(), (ids("<|im_end|>"), ids("<|endoftext|>")),
+                           ids("<|endoftext|>"), None)
+    source = Path(tokenizer_dir)
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if not (source / name).is_file():
+            raise ValueError(f"tokenizer_dir {source}: no {name}")
+        shutil.copyfile(source / name, path / name)
+    from transformers import AutoTokenizer
+
+    hf = AutoTokenizer.from_pretrained(str(path))
+    if not hf.chat_template:
+        raise ValueError(f"tokenizer_dir {source}: tokenizer_config.json has no chat_template")
+    vocab = hf.get_vocab()
+    eos = [hf.eos_token_id] if hf.eos_token_id is not None else []
+    eos += [vocab[t] for t in _END_TOKENS if t in vocab and vocab[t] not in eos]
+    if not eos:
+        raise ValueError(f"tokenizer_dir {source}: no end-of-turn token (eos_token or one of {', '.join(_END_TOKENS)})")
+    pad = hf.pad_token_id if hf.pad_token_id is not None else eos[-1]
+    return _Vocabulary(-(-len(hf) // 128) * 128, tuple(eos), pad, hf.bos_token_id)
 
 
 def _random_model(args: ModelArgs, seed: int) -> CausalLM:

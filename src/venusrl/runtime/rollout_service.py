@@ -54,6 +54,7 @@ class RolloutService:
                         for _ in range(config.scheduler.engines)]
         for engine in self.engines:
             engine.weight_version = weight_version
+            engine.tokenizer.configure(config.model.chat_template_kwargs, config.model.tool_call_format)
         self.tokenizer = self.engines[0].tokenizer
         self.env_factory = environment_factory(config.rollout.environment)
         self.cluster = (sandbox_cluster or LocalCluster(config.sandbox)) if self.env_factory.needs_sandbox else None

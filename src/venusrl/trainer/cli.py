@@ -20,6 +20,9 @@ def sft(
     lr: float = 1e-5,
     batch_size: int = 8,
     seed: int = 0,
+    chat_template_kwargs: Annotated[str | None, typer.Option(
+        help='JSON object of chat template arguments, e.g. \'{"enable_thinking": false}\'')] = None,
+    tool_call_format: Annotated[str, typer.Option(help="auto, hermes, qwen3_coder or llama3_json")] = "auto",
     progress: bool = True,
 ) -> None:
     """Fine-tune a model on demonstrations; the loss covers the assistant's tokens only."""
@@ -36,7 +39,8 @@ def sft(
             conversations, tools = _demonstrations(env, examples, seed)
             where = [f"{env} demonstration {i}" for i in range(len(conversations))]
         try:
-            train_examples = sft_examples(load_tokenizer(model), conversations, tools)
+            tokenizer = load_tokenizer(model, _json_object(chat_template_kwargs), tool_call_format)
+            train_examples = sft_examples(tokenizer, conversations, tools)
         except SFTDataError as err:
             raise ValueError(f"{where[err.index]}: {err.reason}") from None
         metrics = train_sft(model, out, train_examples, epochs=epochs, lr=lr, batch_size=batch_size, seed=seed,
@@ -45,6 +49,18 @@ def sft(
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
     typer.echo(json.dumps({"out": str(out), **metrics}, indent=2))
+
+
+def _json_object(text: str | None) -> dict | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"--chat-template-kwargs: not valid JSON ({err.msg})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"--chat-template-kwargs: expected a JSON object, got {type(value).__name__}")
+    return value
 
 
 def _demonstrations(env: str, count: int, seed: int) -> tuple[list[list[dict]], list[dict]]:
