@@ -15,9 +15,10 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 # Debian packages the sandbox backend needs (GNU tar for layers with xattrs, bash for the
-# shell session, procps for the tests' isolation probes). apt runs only when one is missing.
-SYSTEM_BINARIES := tar bash ps
-SYSTEM_PACKAGES := tar bash procps
+# shell session, procps for the tests' isolation probes, umoci to build a third-party OCI
+# image in the image tests). apt runs only when one is missing.
+SYSTEM_BINARIES := tar bash ps umoci
+SYSTEM_PACKAGES := tar bash procps umoci
 
 system-deps:
 	@missing=""; for b in $(SYSTEM_BINARIES); do command -v $$b >/dev/null 2>&1 || missing=1; done; \

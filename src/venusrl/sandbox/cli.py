@@ -139,3 +139,47 @@ def bench(
     os.environ.setdefault("VENUSRL_LOG_LEVEL", "WARNING")
     results = run_bench(quick, budget, size, json_out)
     typer.echo(json.dumps({k: v for k, v in results.items() if k != "config"}, indent=2))
+
+
+image_app = typer.Typer(help="Images: import OCI layouts and docker-archives into the layer store.", no_args_is_help=True)
+sandbox_app.add_typer(image_app, name="image")
+
+
+def _store(store: Path | None, config: Path | None):
+    from venusrl.sandbox.image.store import ImageStore
+
+    return ImageStore(store or _config(config, []).image_store)
+
+
+@image_app.command("import")
+def image_import(
+    path: Annotated[Path, typer.Argument(help="an OCI image layout (directory or tar) or a `docker save` tarball")],
+    name: Annotated[str | None, typer.Option(help="the name templates use (default: the file's tag)")] = None,
+    ref: Annotated[str | None, typer.Option(help="which image, when the file holds several (tag or ref name)")] = None,
+    store: Annotated[Path | None, typer.Option(help="layer store (default: sandbox.image_store)")] = None,
+    config: Annotated[Path | None, typer.Option(help="venusrl config YAML (its sandbox section)")] = None,
+) -> None:
+    """Unpack an image's layers into the store (each layer once, by digest) and name it."""
+    from venusrl.sandbox.errors import SandboxError
+
+    setup_logging("INFO")
+    try:
+        result = _store(store, config).import_image(path, name, ref)
+    except SandboxError as err:
+        typer.echo(f"image import: {err}", err=True)
+        raise typer.Exit(2) from None
+    record = result.record
+    typer.echo(json.dumps({"name": record.name, "image_id": record.image_id, "format": record.format,
+                           "layers": len(record.layers), "new_layers": result.new_layers,
+                           "shared_layers": result.shared_layers, "user": record.user,
+                           "working_dir": record.working_dir, "command": list(record.command)}, indent=2))
+
+
+@image_app.command("ls")
+def image_list(
+    store: Annotated[Path | None, typer.Option(help="layer store (default: sandbox.image_store)")] = None,
+    config: Annotated[Path | None, typer.Option(help="venusrl config YAML (its sandbox section)")] = None,
+) -> None:
+    """The imported images: name, image ID, layers."""
+    for record in _store(store, config).images():
+        typer.echo(f"{record.name}\t{record.image_id[:19]}\t{len(record.layers)} layers\t{record.format}")

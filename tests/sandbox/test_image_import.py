@@ -1,0 +1,148 @@
+"""Importing images into the layer store: both packagings, sharing, whiteouts, bad input."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import stat
+import subprocess
+import tarfile
+
+import pytest
+from tests.sandbox.image_builder import Image, Layer, write_docker_archive, write_oci
+
+from venusrl.sandbox.image.formats import ImageError
+from venusrl.sandbox.image.layers import OPAQUE_XATTR, UID_BASE
+from venusrl.sandbox.image.store import ImageStore
+
+
+def test_oci_and_docker_archive_import_to_the_same_image_and_layers(test_images, tmp_path):
+    store = ImageStore(tmp_path / "store")
+    oci = store.import_image(test_images.oci_app)
+    assert (oci.record.name, oci.record.format, oci.new_layers, oci.shared_layers) == ("app:latest", "oci", 2, 0)
+    docker = store.import_image(test_images.docker_app, name="app-docker")
+    assert (docker.record.format, docker.new_layers, docker.shared_layers) == ("docker-archive", 0, 2)
+    assert docker.record.image_id == oci.record.image_id
+    assert docker.record.layers == oci.record.layers
+    record = store.get("app-docker")
+    assert record.env == ("PATH=/usr/local/bin:/usr/bin:/bin", "GREETING=hello-from-image")
+    assert (record.working_dir, record.user, record.command) == ("/home/app", "app", ("/bin/bash",))
+    user = store.resolve_user(record)
+    assert (user.uid, user.gid, user.name, user.home) == (1000, 1000, "app", "/home/app")
+
+
+def test_two_images_sharing_a_base_layer_store_it_once(test_images, tmp_path):
+    store = ImageStore(tmp_path / "store")
+    first = store.import_image(test_images.oci_app)
+    second = store.import_image(test_images.oci_other)
+    assert (second.new_layers, second.shared_layers) == (1, 1)
+    assert first.record.layers[0] == second.record.layers[0] == test_images.base.diff_id
+    assert len(list(store.layers_dir.glob("*.json"))) == 3  # base once, plus one top layer each
+    assert {r.name for r in store.images()} == {"app:latest", "other:latest"}
+
+
+def test_whiteouts_become_overlayfs_whiteouts_and_owners_are_shifted(test_images, tmp_path):
+    store = ImageStore(tmp_path / "store")
+    record = store.import_image(test_images.oci_app).record
+    top = store.layer_path(record.layers[1])
+    gone = os.lstat(top / "opt" / "gone.txt")
+    assert stat.S_ISCHR(gone.st_mode) and gone.st_rdev == os.makedev(0, 0)
+    assert os.getxattr(top / "opt" / "dir", OPAQUE_XATTR) == b"y"
+    assert not (top / "opt" / ".wh.gone.txt").exists()
+    assert os.lstat(top / "home" / "app" / "notes.txt").st_uid == UID_BASE + 1000
+    assert os.lstat(store.layer_path(record.layers[0]) / "usr" / "bin").st_uid == UID_BASE
+    assert store.read_file(record, "/opt/gone.txt") is None  # whited out
+    assert store.read_file(record, "/opt/dir/a") is None  # hidden by the opaque directory
+    assert store.read_file(record, "/opt/dir/c") == "c from app\n"
+    assert store.read_file(record, "/etc/passwd").count("\n") == 2  # the app layer's, over the base's
+
+
+def _tar(entries: list[tuple[tarfile.TarInfo, bytes]]) -> Layer:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for info, data in entries:
+            info.size = len(data) if info.isreg() else 0
+            tar.addfile(info, io.BytesIO(data))
+    import hashlib
+
+    raw = buffer.getvalue()
+    return Layer(raw, "sha256:" + hashlib.sha256(raw).hexdigest())
+
+
+def _entry(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, link
+    return info
+
+
+@pytest.mark.parametrize("entries, message", [
+    ([(_entry("../escape"), b"x")], "leaves the layer"),
+    ([(_entry("etc", tarfile.SYMTYPE, "/etc"), b""), (_entry("etc/passwd"), b"x")], "through a symlink"),
+    ([(_entry("hard", tarfile.LNKTYPE, "../../etc/shadow"), b"")], "leaves the layer"),
+])
+def test_hostile_layers_are_refused_and_leave_no_layer(tmp_path, entries, message):
+    image = Image([_tar(entries)])
+    store = ImageStore(tmp_path / "store")
+    with pytest.raises(ImageError, match=message):
+        store.import_image(write_oci(image, tmp_path / "bad"))
+    assert not list(store.layers_dir.iterdir())
+    assert not list((store.root / "tmp").iterdir())
+    assert not os.path.exists("/etc/passwd.x") and not (tmp_path / "escape").exists()
+
+
+def test_bad_files_get_errors_that_name_the_problem(test_images, tmp_path):
+    store = ImageStore(tmp_path / "store")
+    with pytest.raises(ImageError, match="no such file"):
+        store.import_image(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ImageError, match="neither an OCI image layout"):
+        store.import_image(tmp_path / "empty")
+    corrupt = tmp_path / "corrupt"
+    shutil.copytree(test_images.oci_app, corrupt)
+    config_digest = json.loads((corrupt / "index.json").read_text())["manifests"][0]["digest"]
+    manifest = json.loads((corrupt / "blobs" / "sha256" / config_digest.split(":")[1]).read_text())
+    blob = corrupt / "blobs" / "sha256" / manifest["layers"][1]["digest"].split(":")[1]
+    blob.write_bytes(blob.read_bytes()[:-8] + b"\0" * 8)
+    with pytest.raises(ImageError, match="layer"):
+        store.import_image(corrupt)
+    with pytest.raises(ImageError, match="no image named 'nope'"):
+        store.import_image(test_images.oci_app, ref="nope")
+    with pytest.raises(ImageError, match="no image 'absent'.*import it"):
+        store.get("absent")
+    no_user = Image(test_images.other.layers, user="ghost")
+    with pytest.raises(ImageError, match="User 'ghost'"):
+        store.import_image(write_docker_archive(no_user, tmp_path / "ghost.tar"))
+
+
+@pytest.mark.skipif(shutil.which("umoci") is None, reason="umoci is installed by `make system-deps`")
+def test_an_image_built_by_umoci_imports(tmp_path):
+    layout = tmp_path / "umoci"
+    files = tmp_path / "files"
+    (files / "srv").mkdir(parents=True)
+    (files / "srv" / "hello.txt").write_text("from umoci\n")
+    for args in (["init", "--layout", str(layout)], ["new", "--image", f"{layout}:v1"],
+                 ["insert", "--image", f"{layout}:v1", str(files / "srv"), "/srv"],
+                 ["config", "--image", f"{layout}:v1", "--config.workingdir", "/srv", "--config.env", "A=1"]):
+        subprocess.run(["umoci", *args], check=True, capture_output=True)
+    store = ImageStore(tmp_path / "store")
+    record = store.import_image(layout).record
+    assert (record.name, record.working_dir, record.env) == ("v1", "/srv", ("A=1",))
+    assert store.read_file(record, "/srv/hello.txt") == "from umoci\n"
+
+
+def test_cli_imports_and_lists(test_images, tmp_path):
+    from typer.testing import CliRunner
+
+    from venusrl.cli import app
+
+    runner = CliRunner()
+    store = str(tmp_path / "store")
+    done = runner.invoke(app, ["sandbox", "image", "import", str(test_images.docker_app), "--name", "cli-app",
+                               "--store", store])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout[done.stdout.index("{"):])["new_layers"] == 2
+    assert "cli-app" in runner.invoke(app, ["sandbox", "image", "ls", "--store", store]).stdout
+    bad = runner.invoke(app, ["sandbox", "image", "import", str(tmp_path / "nothing"), "--store", store])
+    assert bad.exit_code == 2 and "no such file" in bad.output
