@@ -231,10 +231,11 @@ def build_test_images(work: Path) -> ImageSet:
                                             "app:x:1000:1000:app:/home/app:/bin/bash\n")
     (app_dir / "etc" / "group").write_text("root:x:0:\napp:x:1000:\nstaff:x:50:app\n")
     (app_dir / "home" / "app").mkdir(parents=True)
+    (app_dir / "workspace").mkdir()  # the base sandboxes' probes write there
     (app_dir / "home" / "app" / "notes.txt").write_text("image file\n")
     (app_dir / "opt" / "dir").mkdir(parents=True)
     (app_dir / "opt" / "dir" / "c").write_text("c from app\n")
-    app_layer = Layer.from_dir(app_dir, owners={"home/app": 1000},
+    app_layer = Layer.from_dir(app_dir, owners={"home/app": 1000, "workspace": 1000},
                                extra={"opt/.wh.gone.txt": b"", "opt/dir/.wh..wh..opq": b""})
     app = Image([base, app_layer], env=APP_ENV, working_dir="/home/app", user="app", cmd=["/bin/bash"])
     other_dir = work / "other-layer"

@@ -30,6 +30,7 @@ from venusrl.sandbox.errors import (
     SandboxNotFound,
     SandboxUnavailable,
 )
+from venusrl.sandbox.image.store import DEFAULT_STORE
 from venusrl.sandbox.profiles import ColdStartProfiles
 from venusrl.sandbox.template import Template
 
@@ -56,6 +57,7 @@ class NodeSettings:
     oom_grace_s: float = 30.0
     default_memory_limit: int = 512 << 20
     cold_start_default: int | None = None  # None: a template's declared size until profiled
+    image_store: str = DEFAULT_STORE
 
 
 @dataclass
@@ -78,7 +80,8 @@ class NodeAgent:
         layout = detect_layout()
         self.cgroup = Cgroup(layout, settings.cgroup).create()
         self.cgroup.hold_oom(settings.budget)
-        self.backend = ProcessBackend(self.cgroup, self.workdir, settings.share_pages, settings.pids_limit)
+        self.backend = ProcessBackend(self.cgroup, self.workdir, settings.share_pages, settings.pids_limit,
+                                      settings.image_store)
         self.profiles_path = self.workdir / "profiles.json"
         self.profiles = ColdStartProfiles.load(self.profiles_path)
         self._tracked: dict[str, _Tracked] = {}

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from venusrl.sandbox import linux, protocol
+from venusrl.sandbox.image import rootfs
 from venusrl.sandbox.session import ShellSession
 from venusrl.sandbox.spec import SandboxSpec
 from venusrl.sandbox.template import Template, run_python_setup
@@ -72,7 +73,10 @@ def _run_init(spec: SandboxSpec, channel: socket.socket, template: Template, nam
             os.dup2(devnull, fd)  # the zygote's stdio is the node agent's log
         os.close(devnull)
         linux.sethostname(spec.sandbox_id[:63])
-        _build_root(spec)
+        if spec.image is not None:
+            rootfs.build_root(spec, _build_dev)
+        else:
+            _build_root(spec)
         _restrict(spec)
         _reseed()
         session = ShellSession(spec.session_cwd, spec.session_env or _base_env())
@@ -133,7 +137,7 @@ def _bind(host: str, root: str, read_only: bool) -> None:
 
 def _build_dev(root: str) -> None:
     dev = f"{root}/dev"
-    os.makedirs(dev)
+    os.makedirs(dev, exist_ok=True)
     linux.mount("tmpfs", dev, "tmpfs", linux.MS_NOSUID | linux.MS_NOEXEC, "size=64k,mode=755")
     for name in DEVICES:
         host = f"/dev/{name}"
@@ -150,11 +154,12 @@ def _build_dev(root: str) -> None:
 def _restrict(spec: SandboxSpec) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (spec.open_files, spec.open_files))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    uid, gid, cwd = rootfs.identity(spec) if spec.image is not None else (spec.uid, spec.uid, "/workspace")
     os.setgroups([])
-    os.setresgid(spec.uid, spec.uid, spec.uid)
-    os.setresuid(spec.uid, spec.uid, spec.uid)  # from uid 0 to non-zero: all capabilities drop
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)  # from uid 0 to non-zero: all capabilities drop
     linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
-    os.chdir("/workspace")
+    os.chdir(cwd)
 
 
 def _reseed() -> None:
@@ -215,4 +220,4 @@ def _handle(request: dict[str, Any], session: ShellSession) -> Any:
 
 
 def _resolve(path: str) -> str:
-    return path if path.startswith("/") else os.path.join("/workspace", path)
+    return path if path.startswith("/") else os.path.join(os.getcwd(), path)  # the init stays in its workspace

@@ -22,8 +22,9 @@ class Template(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    image: str | None = Field(None, description="an imported image (`venusrl sandbox image import`): the sandbox's root")
     python_modules: tuple[str, ...] = Field((), description="imported once by the template")
-    files: dict[str, str] = Field(default_factory=dict, description="workspace path -> text")
+    files: dict[str, str] = Field(default_factory=dict, description="workspace (image: WorkingDir) path -> text")
     directory: str | None = Field(None, description="host directory copied into the workspace")
     setup_commands: tuple[str, ...] = Field((), description="shell commands run in the workspace")
     python_setup: str = Field("", description="Python run once by the template; its globals persist")

@@ -21,6 +21,7 @@ from venusrl.sandbox import protocol
 from venusrl.sandbox.backends.pool import TemplatePool
 from venusrl.sandbox.cgroups import Cgroup
 from venusrl.sandbox.errors import InvalidRequest, SandboxError, SandboxUnavailable, TemplateError
+from venusrl.sandbox.image.templates import ImageTemplates
 from venusrl.sandbox.layer import Layer
 from venusrl.sandbox.memory import process_memory
 from venusrl.sandbox.spec import SandboxSpec
@@ -102,7 +103,8 @@ class SandboxProcess:
 class ProcessBackend:
     """All sandboxes of one node. Thread-safe: the node agent serves many connections."""
 
-    def __init__(self, node_cgroup: Cgroup, workdir: Path, share_pages: bool, pids_limit: int) -> None:
+    def __init__(self, node_cgroup: Cgroup, workdir: Path, share_pages: bool, pids_limit: int,
+                 image_store: str | Path) -> None:
         self.node_cgroup = node_cgroup
         self.workdir = workdir
         self.share_pages = share_pages
@@ -112,6 +114,7 @@ class ProcessBackend:
         self._pools: dict[str, TemplatePool] = {}
         self._pool_lock = threading.Lock()
         self._binds = system_read_only_binds()
+        self.images = ImageTemplates(image_store)
 
     def pool(self, template: Template) -> TemplatePool:
         with self._pool_lock:
@@ -119,7 +122,7 @@ class ProcessBackend:
             if pool is not None and pool.template != template:
                 raise InvalidRequest(f"template: {template.name!r} is already defined differently on this node")
             if pool is None or not pool.alive():
-                template.materialize(self.workdir / "templates" / template.name)
+                self.images.materialize(template, self.workdir / "templates" / template.name)
                 pool = TemplatePool(template, self.node_cgroup.child(f"pool-{template.name}"), self.share_pages)
                 self._pools[template.name] = pool
             return pool
@@ -166,8 +169,9 @@ class ProcessBackend:
             tmp=str(sandbox.layer.tmp),
             read_only_binds=self._binds,
             run_setup=not pool.share_pages,
-            session_cwd=sandbox.session.get("cwd", "/workspace"),
-            session_env=sandbox.session.get("env", {}),
+            session_cwd=sandbox.session.get("cwd", self.images.session_defaults(sandbox.template)["cwd"]),
+            session_env=sandbox.session.get("env", self.images.session_defaults(sandbox.template)["env"]),
+            image=self.images.root(sandbox.template),
         )
         try:
             pool.fork(spec, theirs)

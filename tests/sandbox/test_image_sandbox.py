@@ -1,0 +1,165 @@
+"""Sandboxes whose root is an imported image: the image's Env/WorkingDir/User, private
+writes over shared layers, and the isolation probes of base sandboxes."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+from tests.sandbox import test_isolation as probes
+from tests.sandbox.cluster_helpers import MiB, make_cluster
+
+from venusrl.sandbox.api import Sandbox
+from venusrl.sandbox.errors import InvalidRequest
+from venusrl.sandbox.image.layers import UID_BASE
+from venusrl.sandbox.image.store import ImageStore
+from venusrl.sandbox.template import Template
+
+
+@pytest.fixture(scope="module")
+def image_cluster(test_images, tmp_path_factory):
+    store = tmp_path_factory.mktemp("image-store")
+    ImageStore(store).import_image(test_images.oci_app)
+    ImageStore(store).import_image(test_images.docker_app, name="app-docker")
+    ImageStore(store).import_image(test_images.oci_other)
+    cluster = make_cluster([1024 * MiB, 1024 * MiB], image_store=str(store))
+    yield cluster
+    cluster.close()
+
+
+def _template(image: str, **fields) -> Template:
+    return Template(name=f"img-{uuid.uuid4().hex[:8]}", image=image, **fields)
+
+
+@pytest.mark.parametrize("image", ["app:latest", "app-docker"])
+def test_command_runs_under_the_images_env_workdir_and_user(image_cluster, image):
+    sandbox = Sandbox.create(image_cluster.controller, _template(image))
+    try:
+        result = sandbox.run("pwd; id -u; id -g; id -un; echo $GREETING $HOME; cat notes.txt; ls /opt/dir; "
+                             "ls /opt; test -e /opt/gone.txt || echo gone-is-gone")
+        assert result.exit_code == 0, result.stderr
+        assert result.stdout.splitlines() == ["/home/app", "1000", "1000", "app", "hello-from-image /home/app",
+                                              "image file", "c", "dir", "gone-is-gone"]
+        assert sandbox.files.read("notes.txt") == "image file\n"  # relative to WorkingDir
+    finally:
+        sandbox.kill()
+
+
+def test_writes_are_private_and_the_shared_layers_never_change(image_cluster):
+    template = _template("app:latest")
+    a = Sandbox.create(image_cluster.controller, template)
+    b = Sandbox.create(image_cluster.controller, template)
+    try:
+        assert a.run("echo changed > notes.txt && echo mine > /home/app/new && rm /opt/dir/c").exit_code != 0
+        assert a.run("cat notes.txt new; ls /opt/dir").stdout == "changed\nmine\nc\n"  # app may not delete root's
+        assert b.run("cat notes.txt; ls").stdout == "image file\nnotes.txt\n"
+        store = ImageStore(image_cluster.config.image_store)
+        assert store.read_file(store.get("app:latest"), "/home/app/notes.txt") == "image file\n"
+        upper = image_cluster.controller.routes[a.sandbox_id].layer + "/upper"
+        assert Path(f"{upper}/home/app/notes.txt").read_text() == "changed\n"
+        assert os.stat(f"{upper}/home/app/new").st_uid == UID_BASE + 1000
+    finally:
+        a.kill()
+        b.kill()
+
+
+def test_image_root_user_is_root_of_nothing_on_the_host(image_cluster, tmp_path):
+    sandbox = Sandbox.create(image_cluster.controller, _template("other:latest"))  # User unset: root
+    try:
+        result = sandbox.run("id -u; pwd; cat other.txt; echo x > /etc/new && rm /opt/dir/a && echo ROOT-WRITES-IMAGE; "
+                             "mount -t tmpfs none /mnt 2>/dev/null && echo MOUNTED; "
+                             "echo 1 > /proc/sys/kernel/hostname 2>/dev/null && echo SYSCTL; "
+                             "ls /proc/1/root/ >/dev/null 2>&1; cat /proc/1/environ >/dev/null 2>&1 && echo INIT")
+        lines = result.stdout.splitlines()
+        assert lines[:4] == ["0", "/srv", "other image", "ROOT-WRITES-IMAGE"]
+        assert "MOUNTED" not in lines and "SYSCTL" not in lines
+        assert not os.path.exists("/etc/new")
+    finally:
+        sandbox.kill()
+
+
+def test_template_files_land_in_the_working_dir(image_cluster):
+    sandbox = Sandbox.create(image_cluster.controller, _template("app:latest", files={"task/README": "do it\n"}))
+    try:
+        assert sandbox.run("cat task/README; stat -c %u task/README").stdout == "do it\n1000\n"
+    finally:
+        sandbox.kill()
+
+
+def test_unknown_image_is_a_clear_error(image_cluster):
+    with pytest.raises(InvalidRequest, match="no image 'missing'"):
+        image_cluster.controller.create(_template("missing"))
+
+
+# The isolation probes of test_isolation.py, unchanged, against image sandboxes -----------------
+
+class _ImageSandboxes:
+    """A cluster whose default template is an image template: the probes' `Sandbox.create(
+    cluster.controller)` then makes an image sandbox, everything else is the real cluster."""
+
+    def __init__(self, cluster, template: Template) -> None:
+        self._cluster, self.controller = cluster, _ImageController(cluster.controller, template)
+
+    def __getattr__(self, name):
+        return getattr(self._cluster, name)
+
+
+class _ImageController:
+    def __init__(self, controller, template: Template) -> None:
+        self._controller, self._template = controller, template
+
+    def create(self, template="base", **fields):
+        return self._controller.create(self._template if template == "base" else template, **fields)
+
+    def __getattr__(self, name):
+        return getattr(self._controller, name)
+
+
+PROBES = [probes.test_no_network, probes.test_cannot_see_or_signal_host_or_other_sandboxes,
+          probes.test_cannot_write_outside_its_layer, probes.test_cannot_read_another_sandboxs_files,
+          probes.test_fork_bomb_stops_at_pids_limit, probes.test_memory_bomb_stops_at_limit_without_harming_neighbours,
+          probes.test_timeout_kills_whole_process_tree]
+
+
+@pytest.mark.parametrize("probe", PROBES, ids=lambda probe: probe.__name__.removeprefix("test_"))
+def test_isolation_probe_is_contained_in_an_image_sandbox(image_cluster, probe, tmp_path):
+    cluster = _ImageSandboxes(image_cluster, _template("app:latest"))
+    given = {"cluster": cluster, "tmp_path": tmp_path}
+    probe(**{name: given[name] for name in inspect.signature(probe).parameters})
+
+
+def test_probe_host_files(image_cluster, tmp_path):
+    marker = tmp_path / "marker"
+    marker.write_text("host")
+    sandbox = Sandbox.create(image_cluster.controller, _template("app:latest"))
+    try:
+        paths = [str(marker), "/work", "/root/.pyenv", image_cluster.config.image_store, str(image_cluster.workdir)]
+        result = sandbox.run("; ".join(f"ls {p} >/dev/null 2>&1 && echo SEES {p}" for p in paths)
+                             + f"; echo x > {marker} 2>/dev/null && echo WROTE; ls /", timeout=10)
+        assert "SEES" not in result.stdout and "WROTE" not in result.stdout
+        assert marker.read_text() == "host"
+    finally:
+        sandbox.kill()
+
+
+def test_probe_fork_bomb_memory_bomb_and_timeout(image_cluster):
+    template = _template("app:latest")
+    bomb = Sandbox.create(image_cluster.controller, template, memory_limit=64 * MiB)
+    neighbour = Sandbox.create(image_cluster.controller, template, memory_limit=64 * MiB)
+    try:
+        forks = bomb.run("bomb() { bomb | bomb & }; bomb; sleep 3", timeout=5)
+        assert bomb.metrics()["pids_refused"] > 0 and (forks.exit_code != 0 or forks.timed_out)
+        assert bomb.run("echo survived", timeout=10).stdout == "survived\n"
+        memory = bomb.run("python3 -c 'b = bytearray(512 << 20)'; echo rc=$?", timeout=30)
+        assert "rc=137" in memory.stdout and bomb.metrics()["oom_kills"] >= 1
+        assert neighbour.metrics()["oom_kills"] == 0
+        tree = bomb.run("sleep 101 & setsid sleep 102 & (sleep 103 &) ; sleep 104", timeout=1)
+        assert tree.timed_out
+        assert bomb.run("ps -eo comm,args | grep -c 'sleep 10[1-4]$'", timeout=10).stdout.strip() == "0"
+        assert neighbour.run("echo fine").stdout == "fine\n"
+    finally:
+        bomb.kill()
+        neighbour.kill()
