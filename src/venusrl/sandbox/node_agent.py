@@ -30,6 +30,7 @@ from venusrl.sandbox.errors import (
     SandboxNotFound,
     SandboxUnavailable,
 )
+from venusrl.sandbox.flight import CommandFence
 from venusrl.sandbox.image.store import DEFAULT_STORE
 from venusrl.sandbox.profiles import ColdStartProfiles
 from venusrl.sandbox.template import Template
@@ -58,6 +59,7 @@ class NodeSettings:
     default_memory_limit: int = 512 << 20
     cold_start_default: int | None = None  # None: a template's declared size until profiled
     image_store: str = DEFAULT_STORE
+    exactly_once: bool = True  # snapshot the layer at each command's start (flight.py)
 
 
 @dataclass
@@ -86,6 +88,7 @@ class NodeAgent:
         self.profiles = ColdStartProfiles.load(self.profiles_path)
         self._tracked: dict[str, _Tracked] = {}
         self._gone: dict[str, Exception] = {}  # why a sandbox left: migrated or killed
+        self._fences: dict[str, CommandFence] = {}  # one per live sandbox
         self._lock = threading.RLock()
         self._admit_lock = threading.Lock()
         self._watchers: list[BinaryIO] = []
@@ -277,6 +280,7 @@ class NodeAgent:
             raise
         self._gone.pop(sandbox_id, None)
         with self._lock:
+            self._fences[sandbox_id] = CommandFence(sandbox_id)
             tracked = self._tracked.get(sandbox_id)
             if tracked is not None:  # its cold start is measured from when it is ready
                 tracked.started_at, tracked.ready = time.monotonic(), True
@@ -309,7 +313,17 @@ class NodeAgent:
         if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise InvalidRequest(f"env: expected a mapping of strings to strings, got {env!r}")
         call = {"op": "run", "cmd": cmd, "timeout": float(timeout), "cwd": cwd, "env": env}
-        return self._forward(sandbox, lambda: self.backend.run(sandbox, call, frozen=self._frozen))
+        layer = sandbox.layer
+        once = self.settings.exactly_once
+        with self._fence(sandbox).command(layer.snapshot if once else None, layer.drop_snapshot if once else None):
+            return self._forward(sandbox, lambda: self.backend.run(sandbox, call, frozen=self._frozen))
+
+    def _fence(self, sandbox: SandboxProcess) -> CommandFence:
+        with self._lock:
+            fence = self._fences.get(sandbox.sandbox_id)
+        if fence is None:
+            raise SandboxNotFound(f"sandbox_id: no sandbox {sandbox.sandbox_id!r} on node {self.settings.node_id}")
+        return fence
 
     def _frozen(self, sandbox: SandboxProcess) -> bool:
         return self.oom_active or sandbox.paused
@@ -318,9 +332,11 @@ class NodeAgent:
         sandbox = self._sandbox(request)
         op = request["op"]
         call = {"op": op, "path": _string(request, "path")}
-        if op == "write":
-            call["data"] = _string(request, "data")
-        return self._forward(sandbox, lambda: self.backend.files(sandbox, call, frozen=self._frozen))
+        if op != "write":
+            return self._forward(sandbox, lambda: self.backend.files(sandbox, call, frozen=self._frozen))
+        call["data"] = _string(request, "data")
+        with self._fence(sandbox).command(None, None):  # a write lands before an export or after the move
+            return self._forward(sandbox, lambda: self.backend.files(sandbox, call, frozen=self._frozen))
 
     def _forward(self, sandbox: SandboxProcess, send: Callable[[], Any]) -> Any:
         try:
@@ -338,6 +354,9 @@ class NodeAgent:
             raise type(reason)(str(reason))
         log.info("node %s: sandbox %s crashed, restarting from its layer", self.settings.node_id, sandbox.sandbox_id)
         sandbox.cgroup.kill_all()
+        if self.settings.exactly_once and sandbox.layer.restore_snapshot():
+            log.info("node %s: sandbox %s: files restored to the interrupted command's start",
+                     self.settings.node_id, sandbox.sandbox_id)
         self.backend.start(sandbox)
 
     def pause(self, request: dict[str, Any]) -> None:
@@ -358,15 +377,31 @@ class NodeAgent:
         log.info("node %s: sandbox %s killed", self.settings.node_id, sandbox_id)
 
     def export(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The sandbox's state for a move; until `release` or `export_abort`, no command
+        starts and none in flight delivers its result (flight.py)."""
         sandbox = self._sandbox(request)
-        state = self.backend.export(sandbox)
-        state["bytes"] = sandbox.cgroup.memory_usage()
+        fence = self._fence(sandbox)
+        in_flight = fence.begin_export()
+        try:
+            state = self.backend.export(sandbox)
+            if in_flight and self.settings.exactly_once:
+                state["layer"] = base64.b64encode(sandbox.layer.archive(at_command_start=True)).decode()
+            state["bytes"] = sandbox.cgroup.memory_usage()
+        except BaseException:
+            fence.end_export(None)
+            raise
+        state["in_flight_from_snapshot"] = in_flight and self.settings.exactly_once
         return state
+
+    def export_abort(self, request: dict[str, Any]) -> None:
+        self._fence(self._sandbox(request)).end_export(None)
 
     def release(self, request: dict[str, Any]) -> None:
         """The sandbox now lives on `to`: drop it here; its in-flight call learns it moved."""
-        sandbox_id = self._sandbox(request).sandbox_id
+        sandbox = self._sandbox(request)
+        sandbox_id = sandbox.sandbox_id
         to = _string(request, "to")
+        self._fence(sandbox).end_export(to)
         self._remove(sandbox_id, SandboxMigrated(f"sandbox {sandbox_id} migrated to node {to}"))
         log.info("node %s: sandbox %s released after migration to %s", self.settings.node_id, sandbox_id, to)
 
@@ -376,6 +411,7 @@ class NodeAgent:
             while len(self._gone) > 4096:
                 self._gone.pop(next(iter(self._gone)))
             self._tracked.pop(sandbox_id, None)
+            self._fences.pop(sandbox_id, None)
         self.backend.destroy(sandbox_id)
 
     def dispatch(self, request: dict[str, Any]) -> Any:
@@ -383,7 +419,7 @@ class NodeAgent:
         handlers = {
             "create": self.create, "run": self.run, "read": self.files, "write": self.files, "list": self.files,
             "pause": self.pause, "resume": self.resume, "kill": self.kill, "metrics": self.metrics,
-            "export": self.export, "release": self.release,
+            "export": self.export, "export_abort": self.export_abort, "release": self.release,
             "status": lambda _r: self.status(),
             "oom_done": lambda _r: self.finish_oom(),
             "oom_fallback": lambda _r: self.fall_back_to_kernel("cannot be relieved by migration"),

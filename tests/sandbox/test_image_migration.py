@@ -1,0 +1,99 @@
+"""Migration applies a command's effects exactly once: a non-idempotent command (it
+increments a counter file, then grows until OOM interception moves its sandbox) leaves
+the counter exactly one higher once it completes on the target."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+from tests.sandbox.cluster_helpers import MiB, make_cluster
+
+from venusrl.sandbox.api import Sandbox
+from venusrl.sandbox.errors import SandboxMigrated
+from venusrl.sandbox.flight import CommandFence
+from venusrl.sandbox.image.store import ImageStore
+from venusrl.sandbox.template import Template
+
+# 250 MiB cannot fit in node-0's 200 MiB: the node freezes, the controller moves the sandbox.
+COUNT_THEN_GROW = ("n=$(cat counter); echo $((n + 1)) > counter; "
+                   "python3 -c 'b = bytearray(250 << 20)' && echo grown; cat counter")
+
+
+def _counter_after_migration(cluster, template) -> tuple[str, str, list[str]]:
+    c = cluster.controller
+    sandbox = Sandbox(c, c.create(template, node_id="node-0", memory_limit=512 * MiB))
+    sandbox.files.write("counter", "41\n")
+    result = sandbox.run(COUNT_THEN_GROW, timeout=120)
+    assert result.exit_code == 0, result.stderr
+    moved = [m.sandbox_id for r in c.oom_records for m in r.migrations]
+    assert moved == [sandbox.sandbox_id] and c.routes[sandbox.sandbox_id].node_id == "node-1"
+    assert all(node.call("status")["oom_kills"] == 0 for node in c.nodes.values())
+    return result.stdout, sandbox.files.read("counter"), moved
+
+
+@pytest.fixture(scope="module")
+def image_store(test_images, tmp_path_factory):
+    store = tmp_path_factory.mktemp("migration-store")
+    ImageStore(store).import_image(test_images.oci_app)
+    return str(store)
+
+
+@pytest.mark.parametrize("kind", ["image", "base"])
+def test_command_interrupted_by_migration_applies_its_effects_once(image_store, kind):
+    cluster = make_cluster([200 * MiB, 1024 * MiB], image_store=image_store)
+    template = Template(name=f"once-{uuid.uuid4().hex[:8]}", image="app:latest" if kind == "image" else None)
+    try:
+        stdout, counter, _ = _counter_after_migration(cluster, template)
+        assert stdout == "grown\n42\n"
+        assert counter == "42\n"
+    finally:
+        cluster.close()
+
+
+def test_without_the_snapshot_the_rerun_applies_it_twice(image_store):
+    """The previous behaviour, kept behind `exactly_once: false`: the test above can fail."""
+    cluster = make_cluster([200 * MiB, 1024 * MiB], image_store=image_store, exactly_once=False)
+    try:
+        _, counter, _ = _counter_after_migration(cluster, Template(name=f"twice-{uuid.uuid4().hex[:8]}"))
+        assert counter == "43\n"
+    finally:
+        cluster.close()
+
+
+def _command_during_export(fence: CommandFence, moved_to: str | None) -> list[object]:
+    outcome: list[object] = []
+    started, finished = threading.Event(), threading.Event()
+
+    def command() -> None:
+        try:
+            with fence.command(None, None):
+                started.set()
+                finished.wait()
+            outcome.append("delivered")
+        except SandboxMigrated as err:
+            outcome.append(err)
+
+    thread = threading.Thread(target=command)
+    thread.start()
+    started.wait()
+    assert fence.begin_export() is True  # in flight: the export takes the snapshot
+    finished.set()  # the command finishes on the source while the export is undecided
+    fence.end_export(moved_to)
+    thread.join()
+    return outcome
+
+
+def test_fence_drops_the_sources_result_when_the_move_happens():
+    outcome = _command_during_export(CommandFence("sb"), "node-1")
+    assert len(outcome) == 1 and isinstance(outcome[0], SandboxMigrated)
+
+
+def test_fence_delivers_the_sources_result_when_the_move_is_aborted():
+    fence = CommandFence("sb")
+    assert _command_during_export(fence, None) == ["delivered"]
+    assert fence.begin_export() is False  # nothing in flight now
+    fence.end_export("node-1")
+    with pytest.raises(SandboxMigrated), fence.command(None, None):
+        pass  # never runs: the sandbox has moved
