@@ -11,8 +11,8 @@ import subprocess
 import tarfile
 
 import pytest
-from tests.sandbox.image_builder import Image, Layer, write_docker_archive, write_oci
 
+from venusrl.sandbox.image.build import ImageSpec, LayerTar, write_docker_archive, write_oci
 from venusrl.sandbox.image.formats import ImageError
 from venusrl.sandbox.image.layers import OPAQUE_XATTR, UID_BASE
 from venusrl.sandbox.image.store import ImageStore
@@ -59,7 +59,7 @@ def test_whiteouts_become_overlayfs_whiteouts_and_owners_are_shifted(test_images
     assert store.read_file(record, "/etc/passwd").count("\n") == 2  # the app layer's, over the base's
 
 
-def _tar(entries: list[tuple[tarfile.TarInfo, bytes]]) -> Layer:
+def _tar(entries: list[tuple[tarfile.TarInfo, bytes]]) -> LayerTar:
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for info, data in entries:
@@ -68,7 +68,7 @@ def _tar(entries: list[tuple[tarfile.TarInfo, bytes]]) -> Layer:
     import hashlib
 
     raw = buffer.getvalue()
-    return Layer(raw, "sha256:" + hashlib.sha256(raw).hexdigest())
+    return LayerTar(raw, "sha256:" + hashlib.sha256(raw).hexdigest())
 
 
 def _entry(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.TarInfo:
@@ -83,7 +83,7 @@ def _entry(name: str, kind: bytes = tarfile.REGTYPE, link: str = "") -> tarfile.
     ([(_entry("hard", tarfile.LNKTYPE, "../../etc/shadow"), b"")], "leaves the layer"),
 ])
 def test_hostile_layers_are_refused_and_leave_no_layer(tmp_path, entries, message):
-    image = Image([_tar(entries)])
+    image = ImageSpec([_tar(entries)])
     store = ImageStore(tmp_path / "store")
     with pytest.raises(ImageError, match=message):
         store.import_image(write_oci(image, tmp_path / "bad"))
@@ -111,7 +111,7 @@ def test_bad_files_get_errors_that_name_the_problem(test_images, tmp_path):
         store.import_image(test_images.oci_app, ref="nope")
     with pytest.raises(ImageError, match="no image 'absent'.*import it"):
         store.get("absent")
-    no_user = Image(test_images.other.layers, user="ghost")
+    no_user = ImageSpec(test_images.other.layers, user="ghost")
     with pytest.raises(ImageError, match="User 'ghost'"):
         store.import_image(write_docker_archive(no_user, tmp_path / "ghost.tar"))
 

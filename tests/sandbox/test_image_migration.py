@@ -10,15 +10,12 @@ import uuid
 import pytest
 from tests.sandbox.cluster_helpers import MiB, make_cluster
 
+from venusrl.bench.sandbox import COUNT_THEN_GROW
 from venusrl.sandbox.api import Sandbox
 from venusrl.sandbox.errors import SandboxMigrated
 from venusrl.sandbox.flight import CommandFence
 from venusrl.sandbox.image.store import ImageStore
 from venusrl.sandbox.template import Template
-
-# 250 MiB cannot fit in node-0's 200 MiB: the node freezes, the controller moves the sandbox.
-COUNT_THEN_GROW = ("n=$(cat counter); echo $((n + 1)) > counter; "
-                   "python3 -c 'b = bytearray(250 << 20)' && echo grown; cat counter")
 
 
 def _counter_after_migration(cluster, template) -> tuple[str, str, list[str]]:
