@@ -13,7 +13,7 @@ from tests.sandbox import test_isolation as probes
 from tests.sandbox.cluster_helpers import MiB, make_cluster
 
 from venusrl.sandbox.api import Sandbox
-from venusrl.sandbox.errors import InvalidRequest
+from venusrl.sandbox.errors import InvalidRequest, TemplateError
 from venusrl.sandbox.image.layers import UID_BASE
 from venusrl.sandbox.image.store import ImageStore
 from venusrl.sandbox.template import Template
@@ -89,9 +89,13 @@ def test_template_files_land_in_the_working_dir(image_cluster):
         sandbox.kill()
 
 
-def test_unknown_image_is_a_clear_error(image_cluster):
+def test_unknown_image_and_unsupported_fields_are_clear_errors(image_cluster):
     with pytest.raises(InvalidRequest, match="no image 'missing'"):
         image_cluster.controller.create(_template("missing"))
+    with pytest.raises(TemplateError, match="python_modules.*do not apply to image templates"):
+        image_cluster.controller.create(_template("app:latest", python_modules=("json",)))
+    with pytest.raises(TemplateError, match="setup_commands are not run on image templates"):
+        image_cluster.controller.create(_template("app:latest", setup_commands=("true",)))
 
 
 # The isolation probes of test_isolation.py, unchanged, against image sandboxes -----------------

@@ -11,8 +11,9 @@ Every figure comes from real sandboxes on real node agents of this machine:
 - migration.exactly_once: a non-idempotent command (increment a counter file, then grow
                     until OOM interception migrates it) leaves the counter exactly +1;
 - density_image.*:  the three density runs for an image template (an image built here from
-                    this host's files and imported into a fresh store): its sandboxes'
-                    roots share the image's read-only layers, stored and paged in once.
+                    this host's files and imported into a fresh store), each sandbox running
+                    the image's Python: their roots share the image's read-only layers,
+                    stored and paged in once.
 A density run fills the node until it refuses for `settle_s` in a row (memory is stable).
 """
 
@@ -53,9 +54,11 @@ BENCH_TEMPLATE = Template(
 
 
 IMAGE_NAME = "bench-rootfs"
-# Each image sandbox's check reads image files (the image's Python and part of its stdlib):
-# the page cache they fill is shared by every sandbox over the same layers.
-IMAGE_PROBE = "python3 -c 'import json, decimal, email.parser, http.client; print(\"ok\")'"
+IMAGE_TEMPLATE = Template(name="bench-image", image=IMAGE_NAME)
+# Started in each image sandbox as it is created: the image's Python with part of its stdlib
+# (file pages of the shared layers, one page cache for all) and private state of its own.
+IMAGE_START = ("nohup python3 -c 'import json, decimal, email.parser, http.client, time; "
+               f"state = bytearray({PRIVATE_STATE_MIB} << 20); time.sleep(86400)' >/dev/null 2>&1 &")
 # Increments a counter, then needs 250 MiB on a 200 MiB node: OOM interception migrates it.
 COUNT_THEN_GROW = ("n=$(cat counter); echo $((n + 1)) > counter; "
                    "python3 -c 'b = bytearray(250 << 20)' && echo grown; cat counter")
@@ -72,8 +75,9 @@ def build_bench_image(work: Path) -> str:
 
 
 def fill_node(config: SandboxConfig, budget: int, settle_s: float, limit: int,
-              template: Template = BENCH_TEMPLATE, probe: str = "echo ok") -> dict[str, Any]:
-    """Create sandboxes on one node until it refuses for `settle_s`; report what it holds."""
+              template: Template = BENCH_TEMPLATE, start: str | None = None) -> dict[str, Any]:
+    """Create sandboxes on one node until it refuses for `settle_s` (each running `start`
+    when given); report what it holds."""
     cluster = LocalCluster(config, budgets=[budget])
     try:
         controller = cluster.controller
@@ -84,13 +88,15 @@ def fill_node(config: SandboxConfig, budget: int, settle_s: float, limit: int,
                 admitted.append(controller.create(template, group_id="bench",
                                                   memory_limit=int(config.memory_limit)))
                 refused_since = None
+                if start is not None:
+                    controller.run(admitted[-1], start, timeout=30)
             except CapacityError:
                 now = time.monotonic()
                 refused_since = refused_since or now
                 if now - refused_since >= settle_s:
                     break
                 time.sleep(config.control_interval_s)
-        alive = sum(1 for sid in admitted if controller.run(sid, probe, timeout=30)["stdout"] == "ok\n")
+        alive = sum(1 for sid in admitted if controller.run(sid, "echo ok", timeout=30)["stdout"] == "ok\n")
         status = next(iter(controller.nodes.values())).call("status")
         return {"admitted": len(admitted), "alive": alive, "m_used_mib": round(status["m_used"] / MiB, 1),
                 "threshold": round(status["threshold"], 3), "oom_kills": status["oom_kills"],
@@ -229,11 +235,11 @@ def _unb64(data: str) -> str:
 
 
 def density(runs: dict[str, SandboxConfig], node_memory: int, settle_s: float, limit: int,
-            template: Template, probe: str) -> dict[str, Any]:
+            template: Template, start: str | None) -> dict[str, Any]:
     details = {}
     for name, config in runs.items():
         log.info("density run %s (template %s)", name, template.name)
-        details[name] = fill_node(config, node_memory, settle_s, limit, template, probe)
+        details[name] = fill_node(config, node_memory, settle_s, limit, template, start)
         log.info("density %s: %s", name, details[name])
     counts = {name: details[name]["alive"] for name in runs}
     ratio = round(counts["shared"] / max(1, counts["declared"]), 2)
@@ -257,17 +263,19 @@ def run_bench(quick: bool, node_memory: int, declared: int, out: Path | None) ->
         "actual": SandboxConfig(admission="dynamic", share_pages=False, **base),
         "shared": SandboxConfig(admission="dynamic", share_pages=True, **base),
     }
-    results["density"] = density(runs, node_memory, settle_s, limit, BENCH_TEMPLATE, "echo ok")
+    results["density"] = density(runs, node_memory, settle_s, limit, BENCH_TEMPLATE, None)
     work = Path(tempfile.mkdtemp(prefix="vrl-bench-image-"))
     try:
         store = build_bench_image(work)
-        image_template = BENCH_TEMPLATE.model_copy(update={"name": "bench-image", "image": IMAGE_NAME})
         image_runs = {name: config.model_copy(update={"image_store": store}) for name, config in runs.items()}
-        results["density_image"] = density(image_runs, node_memory, settle_s, limit, image_template, IMAGE_PROBE)
+        results["density_image"] = density(image_runs, node_memory, settle_s, limit, IMAGE_TEMPLATE, IMAGE_START)
         results["density_image"]["image"] = _image_figures(store)
-        results["config"]["image_template"] = {"image": IMAGE_NAME, "probe": IMAGE_PROBE, **results["config"]["template"]}
+        # No host-interpreter state in an image template: `shared` differs from `actual` only
+        # by the zygote, and both share the image's layers and their page cache.
+        results["config"]["image_template"] = {"image": IMAGE_NAME, "start": IMAGE_START,
+                                               "private_state_mib": PRIVATE_STATE_MIB}
         once = exactly_once(SandboxConfig(admission="dynamic", share_pages=True, cold_start_default=32 * MiB,
-                                          image_store=store, **base), image_template)
+                                          image_store=store, **base), IMAGE_TEMPLATE)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     lifecycle_config = SandboxConfig(admission="dynamic", share_pages=True, **base)

@@ -27,7 +27,7 @@ PROGRAMS = ("bash", "sh", "ls", "cat", "id", "env", "ps", "grep", "find", "sleep
             "sed", "tr", "uname", "hostname", "whoami", "mount", "dd", "seq", "sort", "test", "readlink", "expr",
             "python3", "timeout", "unshare")
 STDLIB_SKIP = {"ensurepip", "idlelib", "tkinter", "turtledemo", "lib2to3", "pydoc_data", "test"}
-PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py")
+PYTEST_PACKAGES = ("pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py", "pygments")
 
 
 HOST_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
@@ -122,6 +122,7 @@ class LayerTar:
                 uid = next((u for p, u in owners.items() if rel == p or rel.startswith(p + "/")), 0)
                 info.uid = info.gid = uid
                 info.uname = info.gname = ""
+                info.mtime = 0  # reproducible: the same files make the same layer (and diff_id)
                 return info
 
             for child in sorted(root.iterdir()):
@@ -159,30 +160,40 @@ def _sha(raw: bytes) -> str:
 
 
 def write_oci(image: ImageSpec, dest: Path, ref: str | None = "latest", gzip_layers: bool = True) -> Path:
-    """An OCI image layout directory (layers gzipped, as registries and umoci store them)."""
+    """An OCI image layout directory holding one image."""
+    return write_oci_layout({ref: image}, dest, gzip_layers)
+
+
+def write_oci_layout(images: dict[str | None, ImageSpec], dest: Path, gzip_layers: bool = True) -> Path:
+    """An OCI image layout directory holding `images` by ref name; a layer several images
+    share is one blob (layers gzipped, as registries and umoci store them)."""
     blobs = dest / "blobs" / "sha256"
     blobs.mkdir(parents=True)
+    layer_descs: dict[str, dict] = {}
 
     def blob(raw: bytes) -> str:
         digest = _sha(raw)
         (blobs / digest).write_bytes(raw)
         return "sha256:" + digest
 
-    layer_descs = []
-    for layer in image.layers:
-        raw = gzip.compress(layer.tar, compresslevel=1, mtime=0) if gzip_layers else layer.tar
-        media = "application/vnd.oci.image.layer.v1.tar" + ("+gzip" if gzip_layers else "")
-        layer_descs.append({"mediaType": media, "digest": blob(raw), "size": len(raw)})
-    config = image.config()
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-                           "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
-                                      "digest": blob(config), "size": len(config)},
-                           "layers": layer_descs}).encode()
-    descriptor = {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": blob(manifest),
-                  "size": len(manifest)}
-    if ref is not None:
-        descriptor["annotations"] = {"org.opencontainers.image.ref.name": ref}
-    (dest / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [descriptor]}))
+    descriptors = []
+    for ref, image in images.items():
+        for layer in image.layers:
+            if layer.diff_id not in layer_descs:
+                raw = gzip.compress(layer.tar, compresslevel=1, mtime=0) if gzip_layers else layer.tar
+                media = "application/vnd.oci.image.layer.v1.tar" + ("+gzip" if gzip_layers else "")
+                layer_descs[layer.diff_id] = {"mediaType": media, "digest": blob(raw), "size": len(raw)}
+        config = image.config()
+        manifest = json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                               "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                          "digest": blob(config), "size": len(config)},
+                               "layers": [layer_descs[layer.diff_id] for layer in image.layers]}).encode()
+        descriptor = {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": blob(manifest),
+                      "size": len(manifest)}
+        if ref is not None:
+            descriptor["annotations"] = {"org.opencontainers.image.ref.name": ref}
+        descriptors.append(descriptor)
+    (dest / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": descriptors}))
     (dest / "oci-layout").write_text(json.dumps({"imageLayoutVersion": "1.0.0"}))
     return dest
 

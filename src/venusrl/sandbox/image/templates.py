@@ -45,6 +45,11 @@ class ImageTemplates:
         if template.setup_commands:
             raise TemplateError(f"template {template.name}: setup_commands are not run on image templates yet; "
                                 "bake them into the image")
+        if template.python_modules or template.python_setup or template.python_start:
+            # That state lives in the host's interpreter, whose files and libraries are not
+            # in the image's root: its lazy imports would fail after the pivot.
+            raise TemplateError(f"template {template.name}: python_modules/python_setup/python_start need the "
+                                "host's interpreter and do not apply to image templates")
         record = self.store.get(template.image)
         user = self.store.resolve_user(record)
         if layer.exists():
@@ -83,3 +88,4 @@ class ImageTemplates:
             return WORKSPACE_DEFAULTS
         with self._lock:
             return self._prepared[template.name].session
+
