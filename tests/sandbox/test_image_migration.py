@@ -94,3 +94,28 @@ def test_fence_delivers_the_sources_result_when_the_move_is_aborted():
     fence.end_export("node-1")
     with pytest.raises(SandboxMigrated), fence.command(None, None):
         pass  # never runs: the sandbox has moved
+
+
+def test_image_sandboxes_of_a_group_share_a_node_and_survive_its_loss(image_store):
+    """Group placement and recovery on node loss, as for any template: the group's
+    sandboxes land together, and when their node agent dies they come back on the other
+    node with their files and shell session."""
+    from tests.sandbox.test_cluster import _retry
+
+    cluster = make_cluster([512 * MiB, 512 * MiB], image_store=image_store)
+    template = Template(name=f"group-{uuid.uuid4().hex[:8]}", image="app:latest")
+    try:
+        c = cluster.controller
+        group = [Sandbox.create(c, template, group_id="task-1") for _ in range(3)]
+        nodes = {c.routes[s.sandbox_id].node_id for s in group}
+        assert len(nodes) == 1
+        for i, sandbox in enumerate(group):
+            sandbox.files.write("progress.txt", f"step {i}")
+            sandbox.run(f"mkdir -p /tmp/w{i} && cd /tmp/w{i} && export STEP={i}")
+        cluster.kill_node(nodes.pop())
+        for i, sandbox in enumerate(group):
+            result = _retry(lambda s=sandbox: s.run("pwd; echo $STEP $GREETING; id -un; cat /home/app/progress.txt"))
+            assert result.stdout == f"/tmp/w{i}\n{i} hello-from-image\napp\nstep {i}"
+        assert sorted(c.recoveries) == sorted(s.sandbox_id for s in group)
+    finally:
+        cluster.close()
