@@ -94,8 +94,25 @@ def test_unknown_image_and_unsupported_fields_are_clear_errors(image_cluster):
         image_cluster.controller.create(_template("missing"))
     with pytest.raises(TemplateError, match="python_modules.*do not apply to image templates"):
         image_cluster.controller.create(_template("app:latest", python_modules=("json",)))
-    with pytest.raises(TemplateError, match="setup_commands are not run on image templates"):
-        image_cluster.controller.create(_template("app:latest", setup_commands=("true",)))
+    with pytest.raises(TemplateError, match="setup command 'false' exited 1"):
+        image_cluster.controller.create(_template("app:latest", setup_commands=("false",)))
+
+
+def test_setup_commands_run_once_into_the_templates_layer(image_cluster):
+    template = _template("app:latest", files={"data.txt": "from files\n"}, setup_commands=(
+        "id -u > /etc/setup-uid && cat data.txt > /opt/copied && rm /opt/dir/c && cat /proc/sys/kernel/random/uuid > /opt/stamp",
+        "test ! -e /proc/1/root/work && echo no-host > /opt/isolated"))
+    a = Sandbox.create(image_cluster.controller, template, group_id="setup")
+    b = Sandbox.create(image_cluster.controller, template, group_id="setup")  # same node, same pool
+    try:
+        probe = "cat /etc/setup-uid /opt/copied /opt/isolated; ls /opt/dir | wc -l; cat /opt/stamp"
+        first, second = a.run(probe), b.run(probe)
+        assert first.stdout.splitlines()[:4] == ["0", "from files", "no-host", "0"]
+        assert first.stdout == second.stdout  # the setup ran once for the node, not per sandbox
+        assert a.run("echo x > /etc/setup-uid").exit_code != 0  # root's file; the sandbox runs as app
+    finally:
+        a.kill()
+        b.kill()
 
 
 # The isolation probes of test_isolation.py, unchanged, against image sandboxes -----------------

@@ -3,7 +3,8 @@ write the template's own layer over it, and say how its sandboxes start.
 
 A template names an image (`Template.image`); its `files` and `directory` land in the
 image's WorkingDir, in a layer of the template's own that sits above the image's layers
-(read-only and shared like them), owned by the image's User.
+(read-only and shared like them), owned by the image's User; then its `setup_commands`
+run once as the image's root with that layer as their writable layer (setup.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from venusrl.sandbox.errors import TemplateError
 from venusrl.sandbox.image.config import session_environment
 from venusrl.sandbox.image.layers import UID_BASE
 from venusrl.sandbox.image.rootfs import ImageRoot
+from venusrl.sandbox.image.setup import run_setup
 from venusrl.sandbox.image.store import ImageStore
 from venusrl.sandbox.template import Template
 
@@ -42,9 +44,6 @@ class ImageTemplates:
         if template.image is None:
             template.materialize(layer)
             return
-        if template.setup_commands:
-            raise TemplateError(f"template {template.name}: setup_commands are not run on image templates yet; "
-                                "bake them into the image")
         if template.python_modules or template.python_setup or template.python_start:
             # That state lives in the host's interpreter, whose files and libraries are not
             # in the image's root: its lazy imports would fail after the pivot.
@@ -70,11 +69,16 @@ class ImageTemplates:
         for parent in target.relative_to(layer).parents:
             os.lchown(layer / parent, UID_BASE, UID_BASE)
         os.lchown(target, UID_BASE + user.uid, UID_BASE + user.gid)
+        environment = session_environment(record, user)
+        if template.setup_commands:
+            image_only = ImageRoot(record.name, str(self.store.layers_dir), self.store.lower_dirs(record),
+                                   0, 0, record.working_dir)
+            run_setup(template.name, image_only, layer, template.setup_commands,
+                      {**environment, "HOME": "/root", "USER": "root"})
         root = ImageRoot(record.name, str(self.store.layers_dir), (str(layer), *self.store.lower_dirs(record)),
                          user.uid, user.gid, record.working_dir)
         with self._lock:
-            self._prepared[template.name] = PreparedImage(root, {"cwd": record.working_dir,
-                                                                 "env": session_environment(record, user)})
+            self._prepared[template.name] = PreparedImage(root, {"cwd": record.working_dir, "env": environment})
 
     def root(self, template: Template) -> dict[str, Any] | None:
         """The SandboxSpec's `image` field: None for a template without an image."""
