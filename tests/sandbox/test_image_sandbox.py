@@ -14,6 +14,7 @@ from tests.sandbox.cluster_helpers import MiB, make_cluster
 
 from venusrl.sandbox.api import Sandbox
 from venusrl.sandbox.errors import InvalidRequest, TemplateError
+from venusrl.sandbox.image.build import ImageSpec, write_docker_archive
 from venusrl.sandbox.image.layers import UID_BASE
 from venusrl.sandbox.image.store import ImageStore
 from venusrl.sandbox.template import Template
@@ -184,3 +185,33 @@ def test_probe_fork_bomb_memory_bomb_and_timeout(image_cluster):
     finally:
         bomb.kill()
         neighbour.kill()
+
+
+def test_image_command_starts_in_every_sandbox_when_asked(image_cluster, test_images, tmp_path):
+    service = ImageSpec([test_images.base], env=["GREETING=service"], working_dir="/srv",
+                        entrypoint=["/bin/bash", "-c"], cmd=["echo started $GREETING in $PWD > /tmp/marker; sleep 600"])
+    ImageStore(image_cluster.config.image_store).import_image(write_docker_archive(service, tmp_path / "svc.tar"),
+                                                              name="service")
+    on = Sandbox.create(image_cluster.controller, _template("service", image_command=True))
+    off = Sandbox.create(image_cluster.controller, _template("service"))
+    try:
+        wait = "for i in $(seq 200); do test -s /tmp/marker && break; sleep 0.05; done; cat /tmp/marker; "
+        assert on.run(wait + "ps -eo args | grep -c '^sleep 600'").stdout == "started service in /srv\n1\n"
+        assert off.run("cat /tmp/marker 2>/dev/null; ps -eo args | grep -c '^sleep 600'").stdout == "0\n"
+    finally:
+        on.kill()
+        off.kill()
+    with pytest.raises(TemplateError, match="has no Entrypoint or Cmd"):
+        image_cluster.controller.create(_template("other:latest", image_command=True))
+
+
+def test_cli_exec_runs_a_command_in_an_image(image_cluster, tmp_path):
+    from typer.testing import CliRunner
+
+    from venusrl.cli import app
+
+    config = tmp_path / "config.yaml"
+    config.write_text(f"sandbox:\n  image_store: {image_cluster.config.image_store}\n")
+    done = CliRunner().invoke(app, ["sandbox", "exec", "--config", str(config), "--image", "app:latest", "--",
+                                    "bash", "-c", "id -un; pwd; exit 3"])
+    assert done.exit_code == 3 and done.stdout == "app\n/home/app\n"

@@ -57,7 +57,7 @@ IMAGE_NAME = "bench-rootfs"
 IMAGE_TEMPLATE = Template(name="bench-image", image=IMAGE_NAME)
 # Started in each image sandbox as it is created: the image's Python with part of its stdlib
 # (file pages of the shared layers, one page cache for all) and private state of its own.
-IMAGE_START = ("nohup python3 -c 'import json, decimal, email.parser, http.client, time; "
+IMAGE_START = ("python3 -c 'import json, decimal, email.parser, http.client, time; "
                f"state = bytearray({PRIVATE_STATE_MIB} << 20); time.sleep(86400)' >/dev/null 2>&1 &")
 # Increments a counter, then needs 250 MiB on a 200 MiB node: OOM interception migrates it.
 COUNT_THEN_GROW = ("n=$(cat counter); echo $((n + 1)) > counter; "

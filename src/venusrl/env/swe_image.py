@@ -11,14 +11,13 @@ from swe-lite's generated repositories, so the path is tested without a network.
 
 from __future__ import annotations
 
-import hashlib
-import re
 from typing import Any
 
 from venusrl.env.base import Environment, Episode
 from venusrl.env.swe_lite import TOOLS, RepositoryTools, emit_images
 from venusrl.env.swe_lite import generate_dataset as generate_repositories
 from venusrl.sandbox.image.store import DEFAULT_STORE
+from venusrl.sandbox.image.templates import image_template
 from venusrl.sandbox.template import Template
 
 TEST_OUTPUT_CHARS = 4000
@@ -27,12 +26,6 @@ TEST_OUTPUT_CHARS = 4000
 def generate_dataset(count: int, seed: int = 0, image_store: str = DEFAULT_STORE) -> list[dict[str, Any]]:
     """swe-lite's repositories as images in `image_store`, and one row per image."""
     return emit_images(generate_repositories(count, seed), image_store)
-
-
-def image_template(image: str) -> Template:
-    """One template per image: a readable name plus a hash, so distinct images never collide."""
-    slug = re.sub(r"[^A-Za-z0-9_.-]", "-", image)[:40].strip("-.") or "image"
-    return Template(name=f"img-{slug}-{hashlib.sha256(image.encode()).hexdigest()[:8]}", image=image)
 
 
 class SweImageEnv(RepositoryTools, Environment):

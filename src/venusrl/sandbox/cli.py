@@ -50,10 +50,17 @@ def _template(spec: str):
         raise typer.Exit(2) from None
 
 
+def _image_template(image: str):
+    from venusrl.sandbox.image.templates import image_template
+
+    return image_template(image)
+
+
 @sandbox_app.command("exec", context_settings={"allow_interspersed_args": False})
 def exec_command(
     command: Annotated[list[str], typer.Argument(help="the command and its arguments (after --)")],
     template: Annotated[str, typer.Option(help="'base' or a template YAML file")] = "base",
+    image: Annotated[str | None, typer.Option(help="an imported image to run in (instead of --template)")] = None,
     timeout: Annotated[float, typer.Option(help="seconds before the command's process tree is killed")] = 60.0,
     config: Annotated[Path | None, typer.Option(help="venusrl config YAML (its sandbox section)")] = None,
 ) -> None:
@@ -67,7 +74,7 @@ def exec_command(
         raise typer.Exit(2)
     settings = _config(config, ["sandbox.nodes=1"])
     setup_logging(os.environ.get("VENUSRL_LOG_LEVEL", "WARNING"))
-    spec = _template(template)
+    spec = _template(template) if image is None else _image_template(image)
     os.environ.setdefault("VENUSRL_LOG_LEVEL", "WARNING")  # node agents: quiet unless asked
     try:
         cluster = LocalCluster(settings)

@@ -29,6 +29,7 @@ from venusrl.sandbox.errors import (
     SandboxMigrated,
     SandboxNotFound,
     SandboxUnavailable,
+    TemplateError,
 )
 from venusrl.sandbox.flight import CommandFence
 from venusrl.sandbox.image.store import DEFAULT_STORE
@@ -274,6 +275,7 @@ class NodeAgent:
             archive = base64.b64decode(state["layer"]) if state and state.get("layer") else None
             sandbox = self.backend.create(sandbox_id, template, group_id, memory_limit,
                                           session=(state or {}).get("session"), layer_archive=archive)
+            self._start_image_command(sandbox)
         except BaseException:
             with self._lock:
                 self._tracked.pop(sandbox_id, None)
@@ -288,6 +290,21 @@ class NodeAgent:
                  template.name, group_id, "restored" if state else decision.reason)
         return {"sandbox_id": sandbox_id, "node_id": self.settings.node_id, "session": sandbox.session,
                 "layer": str(sandbox.layer.base)}
+
+    def _start_image_command(self, sandbox: SandboxProcess) -> None:
+        """Entrypoint+Cmd, in every incarnation of the sandbox: background processes do not
+        survive a move or a recovery, so the target starts them again."""
+        command = self.backend.images.start_command(sandbox.template)
+        if command is None:
+            return
+        try:
+            started = self.backend.run(sandbox, {"op": "run", "cmd": command, "timeout": 30.0, "cwd": None, "env": {}})
+        except BaseException:
+            self.backend.destroy(sandbox.sandbox_id)
+            raise
+        if started["exit_code"] != 0:
+            self.backend.destroy(sandbox.sandbox_id)
+            raise TemplateError(f"template {sandbox.template.name}: image command did not start: {started['stderr'][-300:]}")
 
     def _sandbox(self, request: dict[str, Any]) -> SandboxProcess:
         sandbox_id = _string(request, "sandbox_id")

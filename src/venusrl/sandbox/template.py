@@ -23,6 +23,8 @@ class Template(BaseModel):
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     image: str | None = Field(None, description="an imported image (`venusrl sandbox image import`): the sandbox's root")
+    image_command: bool = Field(False, description="start the image's Entrypoint+Cmd in the background in every "
+                                "sandbox, as `docker run` would (output in /tmp/image-command.log)")
     python_modules: tuple[str, ...] = Field((), description="imported once by the template")
     files: dict[str, str] = Field(default_factory=dict, description="workspace (image: WorkingDir) path -> text")
     directory: str | None = Field(None, description="host directory copied into the workspace")

@@ -9,7 +9,10 @@ run once as the image's root with that layer as their writable layer (setup.py).
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
+import shlex
 import shutil
 import threading
 from dataclasses import dataclass
@@ -27,10 +30,20 @@ from venusrl.sandbox.template import Template
 WORKSPACE_DEFAULTS: dict[str, Any] = {"cwd": "/workspace", "env": {}}
 
 
+IMAGE_COMMAND_LOG = "/tmp/image-command.log"
+
+
 @dataclass(frozen=True)
 class PreparedImage:
     root: ImageRoot
     session: dict[str, Any]  # where and with what environment commands start
+    command: tuple[str, ...]  # Entrypoint + Cmd
+
+
+def image_template(image: str) -> Template:
+    """One template per image: a readable name plus a hash, so distinct images never collide."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]", "-", image)[:40].strip("-.") or "image"
+    return Template(name=f"img-{slug}-{hashlib.sha256(image.encode()).hexdigest()[:8]}", image=image)
 
 
 class ImageTemplates:
@@ -78,7 +91,8 @@ class ImageTemplates:
         root = ImageRoot(record.name, str(self.store.layers_dir), (str(layer), *self.store.lower_dirs(record)),
                          user.uid, user.gid, record.working_dir)
         with self._lock:
-            self._prepared[template.name] = PreparedImage(root, {"cwd": record.working_dir, "env": environment})
+            self._prepared[template.name] = PreparedImage(root, {"cwd": record.working_dir, "env": environment},
+                                                          record.command)
 
     def root(self, template: Template) -> dict[str, Any] | None:
         """The SandboxSpec's `image` field: None for a template without an image."""
@@ -93,3 +107,14 @@ class ImageTemplates:
         with self._lock:
             return self._prepared[template.name].session
 
+    def start_command(self, template: Template) -> str | None:
+        """The shell line that starts the image's Entrypoint+Cmd in the background, when
+        the template asks for it and the image has one."""
+        if template.image is None or not template.image_command:
+            return None
+        with self._lock:
+            command = self._prepared[template.name].command
+        if not command:
+            raise TemplateError(f"template {template.name}: image_command is set but image {template.image} "
+                                "has no Entrypoint or Cmd")
+        return f"{shlex.join(command)} </dev/null >{IMAGE_COMMAND_LOG} 2>&1 &"  # bash sends no SIGHUP on exit
