@@ -10,6 +10,8 @@ Every figure comes from real sandboxes on real node agents of this machine:
                     interception to thaw, and whether every file and result survived;
 - migration.exactly_once: a non-idempotent command (increment a counter file, then grow
                     until OOM interception migrates it) leaves the counter exactly +1;
+                    `exactly_once_detail.snapshot_cost` is what the snapshot adds to a
+                    command, on and off in interleaved pairs;
 - density_image.*:  the three density runs for an image template (an image built here from
                     this host's files and imported into a fresh store), each sandbox running
                     the image's Python: their roots share the image's read-only layers,
@@ -215,6 +217,37 @@ def exactly_once(config: SandboxConfig, template: Template) -> dict[str, Any]:
         cluster.close()
 
 
+def snapshot_cost(store: str, repeats: int) -> dict[str, Any]:
+    """What exactly-once costs a command: `true` in an image sandbox with the layer snapshot
+    on and off, in interleaved pairs, over an empty writable layer and over 64 MiB of
+    written files (the snapshot copies the layer, so it grows with what the sandbox wrote)."""
+    clusters = {once: LocalCluster(SandboxConfig(exactly_once=once, image_store=store), budgets=[1024 * MiB])
+                for once in (True, False)}
+    try:
+        sandboxes = {once: cluster.controller.create(IMAGE_TEMPLATE) for once, cluster in clusters.items()}
+        figures: dict[str, Any] = {}
+        for case, setup in (("empty_layer", None), ("layer_64mib", "head -c 67108864 /dev/zero > /workspace/blob")):
+            timings: dict[bool, list[float]] = {True: [], False: []}
+            for once, sid in sandboxes.items():
+                if setup is not None:
+                    clusters[once].controller.run(sid, setup, timeout=60)
+            for _ in range(repeats):
+                for once, sid in sandboxes.items():
+                    started = time.perf_counter()
+                    clusters[once].controller.run(sid, "true", timeout=30)
+                    timings[once].append((time.perf_counter() - started) * 1000)
+            figures[case] = {("on" if once else "off"): _spread(values) for once, values in timings.items()}
+        return {**figures, "repeats": repeats, "pairs": "interleaved"}
+    finally:
+        for cluster in clusters.values():
+            cluster.close()
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    q = statistics.quantiles(values, n=4)
+    return {"p50_ms": round(statistics.median(values), 2), "p25_ms": round(q[0], 2), "p75_ms": round(q[2], 2)}
+
+
 def _image_figures(store: str) -> dict[str, Any]:
     """How much the image's layers hold: stored (and cached) once, whatever the sandbox count."""
     layers = [json.loads(p.read_text()) for p in ImageStore(store).layers_dir.glob("*.json")]
@@ -276,6 +309,8 @@ def run_bench(quick: bool, node_memory: int, declared: int, out: Path | None) ->
                                                "private_state_mib": PRIVATE_STATE_MIB}
         once = exactly_once(SandboxConfig(admission="dynamic", share_pages=True, cold_start_default=32 * MiB,
                                           image_store=store, **base), IMAGE_TEMPLATE)
+        log.info("exactly-once snapshot cost")
+        once["snapshot_cost"] = snapshot_cost(store, repeats=10 if quick else 30)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     lifecycle_config = SandboxConfig(admission="dynamic", share_pages=True, **base)

@@ -15,9 +15,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from venusrl.sandbox.mirror import mirror
 from venusrl.sandbox.spec import SANDBOX_UID
-
-SNAPSHOT = "at-command-start.tar"
 
 
 @dataclass(frozen=True)
@@ -48,42 +47,50 @@ class Layer:
         self.work.mkdir(parents=True)
 
     @property
-    def snapshot_path(self) -> Path:
-        return self.base / SNAPSHOT
+    def snapshot_dir(self) -> Path:
+        return self.base / "snapshot"
 
-    def pack(self, into: str = "-") -> bytes:
-        """The layer as a tar archive (written to `into` when it names a file)."""
+    @property
+    def _in_flight(self) -> Path:
+        return self.base / "snapshot.in-flight"  # present: the snapshot is a running command's start
+
+    def pack(self, into: str = "-", base: Path | None = None) -> bytes:
+        """The layer (or the tree at `base` laid out like it) as a tar archive, written to
+        `into` when it names a file."""
         done = subprocess.run(
-            ["tar", "-C", str(self.base), "--xattrs", "--xattrs-include=trusted.*", "-cf", into, "upper", "tmp"],
+            ["tar", "-C", str(base or self.base), "--xattrs", "--xattrs-include=trusted.*", "-cf", into, "upper", "tmp"],
             capture_output=True,
         )
         if done.returncode != 0:
             raise OSError(f"tar of {self.base} failed: {done.stderr.decode(errors='replace').strip()}")
         return done.stdout
 
+    def _pairs(self, reverse: bool = False) -> list[tuple[Path, Path]]:
+        pairs = [(self.upper, self.snapshot_dir / "upper"), (self.tmp, self.snapshot_dir / "tmp")]
+        return [(b, a) for a, b in pairs] if reverse else pairs
+
     def snapshot(self) -> None:
-        partial = self.snapshot_path.with_suffix(".partial")
-        self.pack(str(partial))
-        os.replace(partial, self.snapshot_path)
+        """Save the layer as the command about to start finds it. Incremental: only what
+        changed since the previous command's snapshot is copied (mirror.py)."""
+        mirror(self._pairs(), self.base / "snapshot.stamp")
+        self._in_flight.touch()
 
     def drop_snapshot(self) -> None:
-        self.snapshot_path.unlink(missing_ok=True)
+        """The command is over; its snapshot is kept as the base of the next one."""
+        self._in_flight.unlink(missing_ok=True)
 
     def archive(self, at_command_start: bool) -> bytes:
-        """The snapshot when asked for and one exists (a command is in flight), else the
-        layer as it is now."""
-        if at_command_start and self.snapshot_path.is_file():
-            return self.snapshot_path.read_bytes()
+        """The snapshot when asked for and a command is in flight, else the layer now."""
+        if at_command_start and self._in_flight.is_file():
+            return self.pack(base=self.snapshot_dir)
         return self.pack()
 
     def restore_snapshot(self) -> bool:
-        """Put the files back as the in-flight command found them; False without a snapshot."""
-        if not self.snapshot_path.is_file():
+        """Put the files back as the in-flight command found them; False without one."""
+        if not self._in_flight.is_file():
             return False
-        archive = self.snapshot_path.read_bytes()
-        for d in (self.upper, self.tmp):
-            shutil.rmtree(d, ignore_errors=True)
-        self.unpack(archive)
+        mirror(self._pairs(reverse=True), None)
+        self.reset_work()
         return True
 
     def unpack(self, archive: bytes) -> None:
