@@ -104,6 +104,25 @@ def test_tiny_model_through_the_agent_loop_gets_the_reward_pytest_gives(cluster,
 def test_rows_and_registry(swe_images):
     assert environment_factory("swe-image") is SweImageEnv
     with pytest.raises(DatasetRowError, match="image"):
-        SweImageEnv().sandbox_template({"repo": "/testbed", "task": "x", "test_command": "true"})
+        SweImageEnv().sandbox_template({"repo": "/testbed", "prompt": "x", "test_command": "true"})
     assert image_template("swe-lite/a:latest").name != image_template("swe-lite/a:v2").name
     assert image_template("x" * 300).name.startswith("img-x")
+
+
+def test_venusrl_train_runs_on_swe_image_rows(swe_images, tiny_model_dir, tmp_path):
+    """The whole loop: generated rows name images, every trajectory runs in an image
+    sandbox, pytest there gives the reward, the trainer steps."""
+    from tests.runtime.test_train_local import run_config
+
+    from venusrl.metrics.writer import read_metrics
+    from venusrl.runtime.local import train
+
+    store = swe_images[0]
+    config = run_config(tiny_model_dir, rollout={"environment": "swe-image", "max_turns": 1, "max_new_tokens_per_turn": 8},
+                        coordinator={"group_size": 2, "batch_groups": 1}, trainer={"steps": 1},
+                        sandbox={"image_store": store, "memory_limit": 256 * MiB},
+                        data={"generate_train": 2, "generate_eval": 0, "generate_options": {"image_store": store}})
+    summary = train(config, tmp_path, progress=False)
+    assert summary["steps"] == 1
+    rewards = [r for r in read_metrics(tmp_path / "metrics.jsonl") if r.get("kind") == "step"]
+    assert rewards and all(r["reward_mean"] == 0.0 for r in rewards)  # the untrained model fixes nothing

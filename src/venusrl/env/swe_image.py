@@ -1,7 +1,8 @@
 """`swe-image`: SWE-bench-style tasks whose repository lives in a container image.
 
 Each row names an image (imported with `venusrl sandbox image import`), the repository's
-path inside it, the task text and the command that runs its tests, as SWE-bench and
+path inside it (`repo`), the task text (`prompt`) and the command that runs its tests
+(`test_command`), as SWE-bench and
 SWE-Gym images are used: the trajectory's sandbox starts from the image (one template per
 image, so a group's sandboxes share its layers and node), the model works with `bash`,
 `read_file` and `write_file`, and the reward is 1 when the test command exits 0 in the
@@ -30,7 +31,7 @@ def generate_dataset(count: int, seed: int = 0, image_store: str = DEFAULT_STORE
 
 class SweImageEnv(RepositoryTools, Environment):
     needs_sandbox = True
-    required_fields = ("image", "repo", "task", "test_command")
+    required_fields = ("image", "repo", "prompt", "test_command")
 
     def __init__(self, timeout_s: float = 120.0) -> None:
         self.timeout_s = timeout_s
@@ -51,7 +52,7 @@ class SweImageEnv(RepositoryTools, Environment):
                                     timeout=self.timeout_s, cwd=self.repo)
         messages = [{"role": "system", "content": f"You fix bugs in the repository at {self.repo}. "
                                                   f"Its tests run with `{self.test_command}`."},
-                    {"role": "user", "content": f"{row['task']}\nFiles:\n{listing.stdout}"}]
+                    {"role": "user", "content": f"{row['prompt']}\nFiles:\n{listing.stdout}"}]
         return messages, TOOLS
 
     async def reward(self, episode: Episode) -> float:

@@ -95,7 +95,7 @@ def emit_images(rows: list[dict[str, Any]], store: str | Path, work: Path | None
             name = f"swe-lite/{re.sub(r'[^A-Za-z0-9_.-]', '-', row['id'])}:latest"
             images[name] = ImageSpec([base, LayerTar.from_dir(repo)], env=["PATH=/usr/local/bin:/usr/bin:/bin"],
                                      working_dir=IMAGE_REPO, cmd=["/bin/bash"])
-            out.append({"id": row["id"], "image": name, "repo": IMAGE_REPO, "task": row["prompt"],
+            out.append({"id": row["id"], "image": name, "repo": IMAGE_REPO, "prompt": row["prompt"],
                         "test_command": IMAGE_TEST_COMMAND})
         layout = write_oci_layout(images, Path(tmp) / "oci")
         store = ImageStore(store)
