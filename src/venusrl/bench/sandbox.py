@@ -102,7 +102,7 @@ def fill_node(config: SandboxConfig, budget: int, settle_s: float, limit: int,
         status = next(iter(controller.nodes.values())).call("status")
         return {"admitted": len(admitted), "alive": alive, "m_used_mib": round(status["m_used"] / MiB, 1),
                 "threshold": round(status["threshold"], 3), "oom_kills": status["oom_kills"],
-                "oom_events": status["oom_events"]}
+                "oom_events": status["oom_events"], "per_sandbox_mib": _per_sandbox(controller, admitted[:SAMPLED])}
     finally:
         cluster.close()
 
@@ -246,6 +246,20 @@ def snapshot_cost(store: str, repeats: int) -> dict[str, Any]:
 def _spread(values: list[float]) -> dict[str, float]:
     q = statistics.quantiles(values, n=4)
     return {"p50_ms": round(statistics.median(values), 2), "p25_ms": round(q[0], 2), "p75_ms": round(q[2], 2)}
+
+
+SAMPLED = 16  # sandboxes whose processes' RSS / PSS / USS are read per density run
+
+
+def _per_sandbox(controller, sandbox_ids: list[str]) -> dict[str, float]:
+    """Mean memory of one sandbox: charged to its cgroup, and of its processes RSS (all the
+    pages they map), PSS (shared pages split among their sharers) and USS (their own).
+    RSS - USS is what sharing (zygote pages, image layers' page cache) saves each sandbox."""
+    if not sandbox_ids:
+        return {}
+    samples = [controller.metrics(sid) for sid in sandbox_ids]
+    return {key: round(statistics.mean(s[f"{key}_bytes"] for s in samples) / MiB, 2)
+            for key in ("cgroup", "rss", "pss", "uss")}
 
 
 def _image_figures(store: str) -> dict[str, Any]:
