@@ -6,7 +6,8 @@ waits for it so the init's exit is observable. The init is PID 1 of its namespac
 builds a private root (read-only system binds, a fresh /proc and /dev, the template layer
 under an overlay at /workspace, its own /tmp), pivots into it, drops to an unprivileged
 uid with no capabilities, reseeds random state, and serves requests on its channel.
-Both set PDEATHSIG, so a zygote's death takes its sandboxes with it.
+Both set PDEATHSIG, so a zygote's death takes its sandboxes with it. A sandbox of an image
+template gets the image's root instead, in a user namespace (image/rootfs.py).
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ def _restrict(spec: SandboxSpec) -> None:
     uid, gid, cwd = rootfs.identity(spec) if spec.image is not None else (spec.uid, spec.uid, "/workspace")
     os.setgroups([])
     os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)  # from uid 0 to non-zero: all capabilities drop
+    os.setresuid(uid, uid, uid)  # all capabilities drop; an image's root keeps them only in its own user namespace
     linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
     os.chdir(cwd)
 
