@@ -215,3 +215,18 @@ def test_cli_exec_runs_a_command_in_an_image(image_cluster, tmp_path):
     done = CliRunner().invoke(app, ["sandbox", "exec", "--config", str(config), "--image", "app:latest", "--",
                                     "bash", "-c", "id -un; pwd; exit 3"])
     assert done.exit_code == 3 and done.stdout == "app\n/home/app\n"
+
+
+def test_two_templates_share_the_base_layers_files_and_their_page_cache(image_cluster):
+    """Sandboxes of `app` and `other` read the very inode the store holds once: one copy on
+    disk, one page cache, whatever the number of images, templates and sandboxes."""
+    store = ImageStore(image_cluster.config.image_store)
+    bash = os.path.realpath(store.layer_path(store.get("app:latest").layers[0]) / "usr" / "bin" / "bash")
+    a = Sandbox.create(image_cluster.controller, _template("app:latest"))
+    b = Sandbox.create(image_cluster.controller, _template("other:latest"))
+    try:
+        inodes = {s.run("stat -L -c %i /bin/bash").stdout.strip() for s in (a, b)}
+        assert inodes == {str(os.stat(bash).st_ino)}
+    finally:
+        a.kill()
+        b.kill()
