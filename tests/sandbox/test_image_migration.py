@@ -18,16 +18,18 @@ from venusrl.sandbox.image.store import ImageStore
 from venusrl.sandbox.template import Template
 
 
-def _counter_after_migration(cluster, template) -> tuple[str, str, list[str]]:
+def _counter_after_migration(cluster, template) -> tuple[str, str]:
     c = cluster.controller
     sandbox = Sandbox(c, c.create(template, node_id="node-0", memory_limit=512 * MiB))
     sandbox.files.write("counter", "41\n")
     result = sandbox.run(COUNT_THEN_GROW, timeout=120)
     assert result.exit_code == 0, result.stderr
-    moved = [m.sandbox_id for r in c.oom_records for m in r.migrations]
-    assert moved == [sandbox.sandbox_id] and c.routes[sandbox.sandbox_id].node_id == "node-1"
+    # The route moves before the re-run starts; the OOM record is appended only after the
+    # thaw, which may come after the re-run's result: the source's own count is the witness.
+    assert c.routes[sandbox.sandbox_id].node_id == "node-1"
+    assert c.nodes["node-0"].call("status")["oom_events"] == 1
     assert all(node.call("status")["oom_kills"] == 0 for node in c.nodes.values())
-    return result.stdout, sandbox.files.read("counter"), moved
+    return result.stdout, sandbox.files.read("counter")
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +44,7 @@ def test_command_interrupted_by_migration_applies_its_effects_once(image_store, 
     cluster = make_cluster([200 * MiB, 1024 * MiB], image_store=image_store)
     template = Template(name=f"once-{uuid.uuid4().hex[:8]}", image="app:latest" if kind == "image" else None)
     try:
-        stdout, counter, _ = _counter_after_migration(cluster, template)
+        stdout, counter = _counter_after_migration(cluster, template)
         assert stdout == "grown\n42\n"
         assert counter == "42\n"
     finally:
@@ -53,7 +55,7 @@ def test_without_the_snapshot_the_rerun_applies_it_twice(image_store):
     """The previous behaviour, kept behind `exactly_once: false`: the test above can fail."""
     cluster = make_cluster([200 * MiB, 1024 * MiB], image_store=image_store, exactly_once=False)
     try:
-        _, counter, _ = _counter_after_migration(cluster, Template(name=f"twice-{uuid.uuid4().hex[:8]}"))
+        _, counter = _counter_after_migration(cluster, Template(name=f"twice-{uuid.uuid4().hex[:8]}"))
         assert counter == "43\n"
     finally:
         cluster.close()
