@@ -121,3 +121,49 @@ def test_image_sandboxes_of_a_group_share_a_node_and_survive_its_loss(image_stor
         assert sorted(c.recoveries) == sorted(s.sandbox_id for s in group)
     finally:
         cluster.close()
+
+
+def test_a_command_retried_after_its_node_died_applies_its_effects_once(image_store):
+    """The node agent dies mid-command, after the command's write: recovery restores the
+    files as the command found them, so the caller's retry adds one, not two."""
+    from tests.sandbox.test_cluster import _retry
+
+    cluster = make_cluster([512 * MiB, 512 * MiB], image_store=image_store)
+    try:
+        c = cluster.controller
+        sandbox = Sandbox(c, c.create(Template(name=f"loss-{uuid.uuid4().hex[:8]}", image="app:latest"),
+                                      node_id="node-0"))
+        sandbox.files.write("counter", "41\n")
+        upper = c.routes[sandbox.sandbox_id].layer + "/upper/home/app/counter"
+        first: list[object] = []
+        command = "n=$(cat counter); echo $((n + 1)) > counter; touch /tmp/wrote; sleep 600"
+
+        def run_first() -> None:
+            try:
+                first.append(sandbox.run(command, timeout=700))
+            except Exception as err:  # noqa: BLE001 - the node's death is what is expected here
+                first.append(err)
+
+        runner = threading.Thread(target=run_first)
+        runner.start()
+        tmp_marker = c.routes[sandbox.sandbox_id].layer + "/tmp/wrote"
+        _wait_for_file(tmp_marker)
+        assert open(upper).read() == "42\n"  # the first run's effect is on disk
+        cluster.kill_node("node-0")
+        runner.join()
+        assert type(first[0]).__name__ == "SandboxUnavailable"
+        retried = _retry(lambda: sandbox.run(command.replace("sleep 600", "cat counter"), timeout=30))
+        assert retried.stdout == "42\n" and sandbox.files.read("counter") == "42\n"
+    finally:
+        cluster.close()
+
+
+def _wait_for_file(path: str, timeout_s: float = 30.0) -> None:
+    """The command's marker appears on the host side of its layer (inotify-free: polls)."""
+    import os
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
