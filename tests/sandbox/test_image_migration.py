@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 from tests.sandbox.cluster_helpers import MiB, make_cluster
@@ -148,7 +149,7 @@ def test_a_command_retried_after_its_node_died_applies_its_effects_once(image_st
         runner.start()
         tmp_marker = c.routes[sandbox.sandbox_id].layer + "/tmp/wrote"
         _wait_for_file(tmp_marker)
-        assert open(upper).read() == "42\n"  # the first run's effect is on disk
+        assert Path(upper).read_text() == "42\n"  # the first run's effect is on disk
         cluster.kill_node("node-0")
         runner.join()
         assert type(first[0]).__name__ == "SandboxUnavailable"
