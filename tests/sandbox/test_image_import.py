@@ -146,3 +146,27 @@ def test_cli_imports_and_lists(test_images, tmp_path):
     assert "cli-app" in runner.invoke(app, ["sandbox", "image", "ls", "--store", store]).stdout
     bad = runner.invoke(app, ["sandbox", "image", "import", str(tmp_path / "nothing"), "--store", store])
     assert bad.exit_code == 2 and "no such file" in bad.output
+
+
+def test_an_oci_layout_packed_in_a_tar_and_a_docker_25_save_import(test_images, tmp_path):
+    """`skopeo copy ... oci-archive:` and `docker save` since Docker 25 (an OCI layout plus a
+    manifest.json whose Layers point into blobs/) are tarballs of the same files."""
+    oci_tar = tmp_path / "app-oci.tar"
+    with tarfile.open(oci_tar, "w") as tar:
+        tar.add(test_images.oci_app, arcname=".")
+    docker25 = tmp_path / "app-docker25.tar"
+    index = json.loads((test_images.oci_app / "index.json").read_text())
+    manifest = json.loads((test_images.oci_app / "blobs" / "sha256" / index["manifests"][0]["digest"][7:]).read_text())
+    with tarfile.open(docker25, "w") as tar:
+        tar.add(test_images.oci_app, arcname=".")
+        entry = [{"Config": f"blobs/sha256/{manifest['config']['digest'][7:]}", "RepoTags": ["app:25"],
+                  "Layers": [f"blobs/sha256/{layer['digest'][7:]}" for layer in manifest["layers"]]}]
+        raw = json.dumps(entry).encode()
+        info = tarfile.TarInfo("manifest.json")
+        info.size = len(raw)
+        tar.addfile(info, io.BytesIO(raw))
+    store = ImageStore(tmp_path / "store")
+    first = store.import_image(oci_tar, name="from-oci-tar")
+    second = store.import_image(docker25)
+    assert (first.record.format, second.record.format, second.record.name) == ("oci", "docker-archive", "app:25")
+    assert first.record.image_id == second.record.image_id and second.new_layers == 0
