@@ -170,3 +170,16 @@ def test_an_oci_layout_packed_in_a_tar_and_a_docker_25_save_import(test_images, 
     second = store.import_image(docker25)
     assert (first.record.format, second.record.format, second.record.name) == ("oci", "docker-archive", "app:25")
     assert first.record.image_id == second.record.image_id and second.new_layers == 0
+
+
+def test_removing_an_image_keeps_the_layers_another_image_shares(test_images, tmp_path):
+    store = ImageStore(tmp_path / "store")
+    store.import_image(test_images.oci_app)
+    store.import_image(test_images.oci_other)
+    assert store.remove("app:latest") == 1  # its own top layer; the base stays for `other`
+    assert store.get("other:latest").layers[0] == test_images.base.diff_id
+    assert store.has_layer(test_images.base.diff_id)
+    assert store.remove("other:latest") == 2
+    assert not list(store.layers_dir.iterdir()) and store.images() == []
+    with pytest.raises(ImageError, match="no image 'other:latest'"):
+        store.remove("other:latest")

@@ -190,3 +190,21 @@ def image_list(
     """The imported images: name, image ID, layers."""
     for record in _store(store, config).images():
         typer.echo(f"{record.name}\t{record.image_id[:19]}\t{len(record.layers)} layers\t{record.format}")
+
+
+@image_app.command("rm")
+def image_remove(
+    name: Annotated[str, typer.Argument(help="the image's name")],
+    store: Annotated[Path | None, typer.Option(help="layer store (default: sandbox.image_store)")] = None,
+    config: Annotated[Path | None, typer.Option(help="venusrl config YAML (its sandbox section)")] = None,
+) -> None:
+    """Forget an image; delete the layers no other image shares."""
+    from venusrl.sandbox.errors import SandboxError
+
+    setup_logging("INFO")
+    try:
+        removed = _store(store, config).remove(name)
+    except SandboxError as err:
+        typer.echo(f"image rm: {err}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"removed {name} and {removed} layers no other image used")

@@ -145,6 +145,21 @@ class ImageStore:
                 return None
         return None
 
+    def remove(self, name: str) -> int:
+        """Forget image `name` and delete the layers no other image uses; returns how many
+        layers went. Only for images no running sandbox uses: overlayfs does not expect the
+        layers under a mounted root to change."""
+        with self._locked():
+            record = self.get(name)
+            self._record_path(name).unlink()
+            still_used = {d for other in self.images() for d in other.layers}
+            gone = [d for d in dict.fromkeys(record.layers) if d not in still_used]
+            for diff_id in gone:
+                self.layer_path(diff_id).with_suffix(".json").unlink()  # incomplete from here on
+                shutil.rmtree(self.layer_path(diff_id))
+        log.info("image %s removed with %d unshared layers", name, len(gone))
+        return len(gone)
+
     def resolve_user(self, record: ImageRecord) -> ImageUser:
         return resolve_user(record.user, self.read_file(record, "/etc/passwd") or "",
                             self.read_file(record, "/etc/group") or "", record.name)
