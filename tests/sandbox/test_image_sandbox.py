@@ -153,7 +153,7 @@ def test_isolation_probe_is_contained_in_an_image_sandbox(image_cluster, probe, 
     probe(**{name: given[name] for name in inspect.signature(probe).parameters})
 
 
-def test_probe_host_files(image_cluster, tmp_path):
+def test_image_sandbox_sees_no_host_path_not_even_the_store(image_cluster, tmp_path):
     marker = tmp_path / "marker"
     marker.write_text("host")
     sandbox = Sandbox.create(image_cluster.controller, _template("app:latest"))
@@ -165,26 +165,6 @@ def test_probe_host_files(image_cluster, tmp_path):
         assert marker.read_text() == "host"
     finally:
         sandbox.kill()
-
-
-def test_probe_fork_bomb_memory_bomb_and_timeout(image_cluster):
-    template = _template("app:latest")
-    bomb = Sandbox.create(image_cluster.controller, template, memory_limit=64 * MiB)
-    neighbour = Sandbox.create(image_cluster.controller, template, memory_limit=64 * MiB)
-    try:
-        forks = bomb.run("bomb() { bomb | bomb & }; bomb; sleep 3", timeout=5)
-        assert bomb.metrics()["pids_refused"] > 0 and (forks.exit_code != 0 or forks.timed_out)
-        assert bomb.run("echo survived", timeout=10).stdout == "survived\n"
-        memory = bomb.run("python3 -c 'b = bytearray(512 << 20)'; echo rc=$?", timeout=30)
-        assert "rc=137" in memory.stdout and bomb.metrics()["oom_kills"] >= 1
-        assert neighbour.metrics()["oom_kills"] == 0
-        tree = bomb.run("sleep 101 & setsid sleep 102 & (sleep 103 &) ; sleep 104", timeout=1)
-        assert tree.timed_out
-        assert bomb.run("ps -eo comm,args | grep -c 'sleep 10[1-4]$'", timeout=10).stdout.strip() == "0"
-        assert neighbour.run("echo fine").stdout == "fine\n"
-    finally:
-        bomb.kill()
-        neighbour.kill()
 
 
 def test_image_command_starts_in_every_sandbox_when_asked(image_cluster, test_images, tmp_path):
