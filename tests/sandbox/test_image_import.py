@@ -183,3 +183,21 @@ def test_removing_an_image_keeps_the_layers_another_image_shares(test_images, tm
     assert not list(store.layers_dir.iterdir()) and store.images() == []
     with pytest.raises(ImageError, match="no image 'other:latest'"):
         store.remove("other:latest")
+
+
+def test_a_pinned_image_name_refuses_a_different_image(test_images, tmp_path):
+    store = ImageStore(tmp_path / "store")
+    record = store.import_image(test_images.oci_app, name="app").record
+    assert store.get(f"app@{record.image_id[:19]}") == record
+    store.import_image(test_images.oci_other, name="app")  # re-imported under the same name
+    with pytest.raises(ImageError, match="not the pinned"):
+        store.get(f"app@{record.image_id}")
+
+
+def test_a_whiteout_never_hides_an_entry_of_its_own_layer(tmp_path):
+    layer = _tar([(_entry("keep"), b"mine"), (_entry(".wh.keep"), b""), (_entry(".wh.lower"), b"")])
+    store = ImageStore(tmp_path / "store")
+    record = store.import_image(write_oci(ImageSpec([layer]), tmp_path / "oci")).record
+    top = store.layer_path(record.layers[0])
+    assert (top / "keep").read_bytes() == b"mine"
+    assert stat.S_ISCHR(os.lstat(top / "lower").st_mode)

@@ -115,7 +115,8 @@ def _unpack_member(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, wh
         return
     if name.startswith(_WHITEOUT):
         target = parent / name[len(_WHITEOUT):]
-        _remove(target)
+        if os.path.lexists(target):
+            return  # a whiteout hides lower layers only, never an entry of its own layer
         os.mknod(target, stat.S_IFCHR, os.makedev(0, 0))
         counts["whiteouts"] += 1
         return

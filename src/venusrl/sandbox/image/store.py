@@ -109,12 +109,17 @@ class ImageStore:
         return self.root / "images" / f"{quote(name, safe='')}.json"
 
     def get(self, name: str) -> ImageRecord:
+        """The image `name`, or `name@sha256:ID` to insist on one image ID (a prefix will do):
+        a template pinned so must never start from a re-imported, different image."""
+        name, _, pin = name.partition("@")
         path = self._record_path(name)
         if not path.is_file():
             known = ", ".join(r.name for r in self.images()) or "none"
             raise ImageError(f"image: no image {name!r} in the store {self.root} (imported: {known}); "
                              f"import it with `venusrl sandbox image import PATH --name {name}`")
         record = ImageRecord.from_json(json.loads(path.read_text()))
+        if pin and not record.image_id.startswith(pin):
+            raise ImageError(f"image {name}: is {record.image_id}, not the pinned {pin}")
         missing = [d for d in record.layers if not self.has_layer(d)]
         if missing:
             raise ImageError(f"image {name}: layer {missing[0]} is missing from the store {self.root}; import it again")
