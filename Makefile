@@ -16,9 +16,10 @@ $(STAMP): pyproject.toml constraints.txt
 
 # Debian packages the sandbox backend needs (GNU tar for layers with xattrs, bash for the
 # shell session, procps for the tests' isolation probes, umoci to build a third-party OCI
-# image in the image tests). apt runs only when one is missing.
-SYSTEM_BINARIES := tar bash ps umoci
-SYSTEM_PACKAGES := tar bash procps umoci
+# image in the image tests, zstd for zstd-compressed image layers). apt runs only when one
+# is missing.
+SYSTEM_BINARIES := tar bash ps umoci zstd
+SYSTEM_PACKAGES := tar bash procps umoci zstd
 
 system-deps:
 	@missing=""; for b in $(SYSTEM_BINARIES); do command -v $$b >/dev/null 2>&1 || missing=1; done; \

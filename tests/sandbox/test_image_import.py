@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import os
@@ -65,8 +66,6 @@ def _tar(entries: list[tuple[tarfile.TarInfo, bytes]]) -> LayerTar:
         for info, data in entries:
             info.size = len(data) if info.isreg() else 0
             tar.addfile(info, io.BytesIO(data))
-    import hashlib
-
     raw = buffer.getvalue()
     return LayerTar(raw, "sha256:" + hashlib.sha256(raw).hexdigest())
 
@@ -201,3 +200,28 @@ def test_a_whiteout_never_hides_an_entry_of_its_own_layer(tmp_path):
     top = store.layer_path(record.layers[0])
     assert (top / "keep").read_bytes() == b"mine"
     assert stat.S_ISCHR(os.lstat(top / "lower").st_mode)
+
+
+@pytest.mark.skipif(shutil.which("zstd") is None, reason="zstd is installed by `make system-deps`")
+def test_zstd_layers_import_and_share_with_the_gzip_ones(test_images, tmp_path):
+    """A layer is stored by its uncompressed digest: zstd, gzip or plain, it is one layer."""
+    store = ImageStore(tmp_path / "store")
+    store.import_image(test_images.oci_app)
+    layout = shutil.copytree(test_images.oci_other, tmp_path / "zstd")
+    blobs = layout / "blobs" / "sha256"
+    index = json.loads((layout / "index.json").read_text())
+    manifest_path = blobs / index["manifests"][0]["digest"][7:]
+    manifest = json.loads(manifest_path.read_text())
+    for layer, tar in zip(manifest["layers"], test_images.other.layers, strict=True):
+        raw = subprocess.run(["zstd", "-q", "-c"], input=tar.tar, capture_output=True, check=True).stdout
+        digest = hashlib.sha256(raw).hexdigest()
+        (blobs / digest).write_bytes(raw)
+        layer.update(mediaType="application/vnd.oci.image.layer.v1.tar+zstd", digest=f"sha256:{digest}", size=len(raw))
+    raw_manifest = json.dumps(manifest).encode()
+    digest = hashlib.sha256(raw_manifest).hexdigest()
+    (blobs / digest).write_bytes(raw_manifest)
+    index["manifests"][0].update(digest=f"sha256:{digest}", size=len(raw_manifest))
+    (layout / "index.json").write_text(json.dumps(index))
+    result = store.import_image(layout)
+    assert (result.new_layers, result.shared_layers) == (1, 1)  # the base came gzipped before
+    assert store.read_file(result.record, "/srv/other.txt") == "other image\n"

@@ -18,10 +18,12 @@ import hashlib
 import os
 import shutil
 import stat
+import subprocess
 import tarfile
+import threading
 import zlib
 from pathlib import Path, PurePosixPath
-from typing import IO
+from typing import IO, Any
 
 from venusrl.sandbox.image.formats import ImageError, LayerBlob
 
@@ -57,24 +59,77 @@ def unpack_layer(blob: LayerBlob, dest: Path) -> dict[str, int]:
     """Unpack `blob` into the empty directory `dest`; returns counts for the store's record."""
     with blob.open() as f:
         head = f.read(4)
-    if head == _ZSTD_MAGIC:
-        raise ImageError(f"{blob.where}: zstd-compressed layers are not supported; re-save the image with gzip")
-    compressed = head[:2] == b"\x1f\x8b"
     with blob.open() as raw:
         stored = _Hashing(raw)
-        plain = _Hashing(gzip.GzipFile(fileobj=stored) if compressed else stored)  # type: ignore[arg-type]
+        if head == _ZSTD_MAGIC:
+            decompressed: Any = _Zstd(stored, blob.where)
+        elif head[:2] == b"\x1f\x8b":
+            decompressed = gzip.GzipFile(fileobj=stored)  # type: ignore[arg-type]
+        else:
+            decompressed = stored
+        plain = _Hashing(decompressed)
         try:
             counts = _unpack_tar(plain, dest, blob.where)
             plain.drain()
+            if isinstance(decompressed, _Zstd):
+                decompressed.finish()
             stored.drain()
         except (EOFError, zlib.error, gzip.BadGzipFile) as err:
             raise ImageError(f"{blob.where}: the layer is truncated or corrupt ({err})") from None
+        finally:
+            if isinstance(decompressed, _Zstd):
+                decompressed.close()
     if plain.digest() != blob.diff_id:
         raise ImageError(f"{blob.where}: the uncompressed layer is {plain.digest()}, the config says {blob.diff_id}")
     if blob.digest is not None and stored.digest() != blob.digest:
         raise ImageError(f"{blob.where}: the layer blob is {stored.digest()}, the manifest says {blob.digest}")
     counts["bytes"] = plain.size
     return counts
+
+
+class _Zstd:
+    """A zstd stream decompressed by the `zstd` program (Python 3.11 has no zstd); a thread
+    feeds it the stored bytes, so they are hashed as they go."""
+
+    def __init__(self, source: _Hashing, where: str) -> None:
+        if shutil.which("zstd") is None:
+            raise ImageError(f"{where}: a zstd-compressed layer needs the zstd program (`make system-deps`)")
+        self.where = where
+        self.process = subprocess.Popen(["zstd", "-dcq"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE)
+        self.feeder = threading.Thread(target=self._feed, args=(source,), name="zstd-feed", daemon=True)
+        self.feeder.start()
+
+    def _feed(self, source: _Hashing) -> None:
+        assert self.process.stdin is not None
+        try:
+            while chunk := source.read(1 << 20):
+                self.process.stdin.write(chunk)
+        except BrokenPipeError:
+            pass  # zstd stopped (corrupt input): finish() reports it
+        finally:
+            self.process.stdin.close()
+
+    def read(self, n: int = -1) -> bytes:
+        assert self.process.stdout is not None
+        return self.process.stdout.read(n)
+
+    def close(self) -> None:
+        """Stop zstd if the unpacking stopped early; its feeder then ends on a broken pipe."""
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self.feeder.join()
+        for stream in (self.process.stdout, self.process.stderr):
+            if stream is not None:
+                stream.close()
+
+    def finish(self) -> None:
+        self.feeder.join()
+        assert self.process.stdout is not None and self.process.stderr is not None
+        self.process.stdout.close()
+        if self.process.wait() != 0:
+            raise EOFError(f"zstd: {self.process.stderr.read().decode(errors='replace').strip()}")
 
 
 def _unpack_tar(stream: _Hashing, dest: Path, where: str) -> dict[str, int]:
