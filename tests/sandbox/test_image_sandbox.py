@@ -93,8 +93,8 @@ def test_template_files_land_in_the_working_dir(image_cluster):
 def test_unknown_image_and_unsupported_fields_are_clear_errors(image_cluster):
     with pytest.raises(InvalidRequest, match="no image 'missing'"):
         image_cluster.controller.create(_template("missing"))
-    with pytest.raises(TemplateError, match="python_modules.*do not apply to image templates"):
-        image_cluster.controller.create(_template("app:latest", python_modules=("json",)))
+    with pytest.raises(ValueError, match="python_modules.*do not apply to image templates"):
+        _template("app:latest", python_modules=("json",))
     with pytest.raises(TemplateError, match="setup command 'false' exited 1"):
         image_cluster.controller.create(_template("app:latest", setup_commands=("false",)))
 

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path, PurePosixPath
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from venusrl.sandbox.errors import TemplateError
 from venusrl.sandbox.spec import SANDBOX_UID
@@ -31,6 +31,15 @@ class Template(BaseModel):
     setup_commands: tuple[str, ...] = Field((), description="shell commands run in the workspace")
     python_setup: str = Field("", description="Python run once by the template; its globals persist")
     python_start: str = Field("", description="Python run in every sandbox right after it starts")
+
+    @model_validator(mode="after")
+    def _no_host_python_state_on_images(self) -> Template:
+        # That state lives in the host's interpreter, whose files and libraries are not in
+        # an image's root: its lazy imports would fail there.
+        if self.image is not None and (self.python_modules or self.python_setup or self.python_start):
+            raise ValueError("python_modules/python_setup/python_start run on the host's interpreter and do not "
+                             "apply to image templates (image: set)")
+        return self
 
     @field_validator("files")
     @classmethod

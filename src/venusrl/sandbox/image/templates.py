@@ -28,8 +28,6 @@ from venusrl.sandbox.image.store import ImageStore
 from venusrl.sandbox.template import Template
 
 WORKSPACE_DEFAULTS: dict[str, Any] = {"cwd": "/workspace", "env": {}}
-
-
 IMAGE_COMMAND_LOG = "/tmp/image-command.log"
 
 
@@ -57,11 +55,6 @@ class ImageTemplates:
         if template.image is None:
             template.materialize(layer)
             return
-        if template.python_modules or template.python_setup or template.python_start:
-            # That state lives in the host's interpreter, whose files and libraries are not
-            # in the image's root: its lazy imports would fail after the pivot.
-            raise TemplateError(f"template {template.name}: python_modules/python_setup/python_start need the "
-                                "host's interpreter and do not apply to image templates")
         record = self.store.get(template.image)
         user = self.store.resolve_user(record)
         if layer.exists():
@@ -76,7 +69,7 @@ class ImageTemplates:
             path = target / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
-        for path in [*layer.rglob("*")]:
+        for path in layer.rglob("*"):
             os.lchown(path, UID_BASE + user.uid, UID_BASE + user.gid)
         # Directories above the WorkingDir only carry it: they take the image's owners.
         for parent in target.relative_to(layer).parents:
