@@ -16,9 +16,10 @@ $(STAMP): pyproject.toml constraints.txt
 
 # Debian packages the sandbox backend needs (GNU tar for layers with xattrs, bash for the
 # shell session, e2fsprogs and mount for each sandbox's quota-limited filesystem, procps and
-# keyutils for the tests' isolation probes). apt runs only when one is missing.
-SYSTEM_BINARIES := tar bash mkfs.ext4 mount ps keyctl
-SYSTEM_PACKAGES := tar bash e2fsprogs mount procps keyutils
+# keyutils for the tests' isolation probes, umoci to build a third-party OCI image in the
+# image tests, zstd for zstd-compressed image layers). apt runs only when one is missing.
+SYSTEM_BINARIES := tar bash mkfs.ext4 mount ps keyctl umoci zstd
+SYSTEM_PACKAGES := tar bash e2fsprogs mount procps keyutils umoci zstd
 
 system-deps:
 	@missing=""; for b in $(SYSTEM_BINARIES); do command -v $$b >/dev/null 2>&1 || missing=1; done; \

@@ -53,3 +53,6 @@ def cluster():
     c = make_cluster([1024 * MiB, 1024 * MiB])
     yield c
     c.close()
+
+
+from tests.sandbox.image_fixtures import test_images  # noqa: E402, F401 - shared by the image tests

@@ -40,6 +40,11 @@ class Environment(ABC):
     required_fields: tuple[str, ...] = ()
     continues_without_tool_call: bool = False  # True for user simulators (see `respond`)
 
+    def sandbox_template(self, row: dict[str, Any]) -> Any:
+        """The template (a name or a `Template`) of this row's sandbox: the class's
+        `template` unless the environment picks one per row (an image per task, say)."""
+        return self.template or "base"
+
     def check_row(self, row: dict[str, Any], where: str = "row") -> None:
         missing = [name for name in self.required_fields if name not in row]
         if missing:

@@ -13,6 +13,7 @@ _BUILTIN = {
     "calculator": "venusrl.env.calculator:CalculatorEnv",
     "python": "venusrl.env.python_exec:PythonEnv",
     "swe-lite": "venusrl.env.swe_lite:SweLiteEnv",
+    "swe-image": "venusrl.env.swe_image:SweImageEnv",
 }
 
 

@@ -1,13 +1,20 @@
 """`swe-lite`: a small generated Python repository with one planted bug and pytest tests that
 catch it. Tools: `bash`, `read_file`, `write_file`, all inside the trajectory's sandbox.
-Reward 1 when the repository's tests pass at the end."""
+Reward 1 when the repository's tests pass at the end.
+
+`emit_images` packs the generated repositories as images (this host's Python and pytest
+plus one layer per repository), so the `swe-image` environment's whole path, from image
+import to pytest inside an image sandbox, runs without a network or a registry."""
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import shlex
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from venusrl.env.base import Environment, Episode, StepResult
@@ -60,7 +67,68 @@ def generate_dataset(count: int, seed: int = 0) -> list[dict[str, Any]]:
     return rows
 
 
-class SweLiteEnv(Environment):
+IMAGE_REPO = "/testbed"  # where SWE-bench images keep the repository
+IMAGE_TEST_COMMAND = "python3 -m pytest -q -p no:cacheprovider"
+
+
+def emit_images(rows: list[dict[str, Any]], store: str | Path, work: Path | None = None) -> list[dict[str, Any]]:
+    """Import each row's repository as an image into `store` and return `swe-image` rows.
+    All images share one base layer (this host's programs, Python and pytest), stored once."""
+    from venusrl.sandbox.image.build import (
+        PYTEST_PACKAGES,
+        ImageSpec,
+        LayerTar,
+        host_rootfs,
+        write_oci_layout,
+    )
+    from venusrl.sandbox.image.store import ImageStore
+
+    with tempfile.TemporaryDirectory(prefix="swe-lite-images-", dir=work) as tmp:
+        base = LayerTar.from_dir(host_rootfs(Path(tmp) / "rootfs", PYTEST_PACKAGES))
+        images, out = {}, []
+        for row in rows:
+            repo = Path(tmp) / "repos" / row["id"]
+            target = repo / IMAGE_REPO.lstrip("/")
+            target.mkdir(parents=True)
+            for name, content in row["files"].items():
+                (target / name).write_text(content)
+            name = f"swe-lite/{re.sub(r'[^A-Za-z0-9_.-]', '-', row['id'])}:latest"
+            images[name] = ImageSpec([base, LayerTar.from_dir(repo)], env=["PATH=/usr/local/bin:/usr/bin:/bin"],
+                                     working_dir=IMAGE_REPO, cmd=["/bin/bash"])
+            out.append({"id": row["id"], "image": name, "repo": IMAGE_REPO, "prompt": row["prompt"],
+                        "test_command": IMAGE_TEST_COMMAND})
+        layout = write_oci_layout(images, Path(tmp) / "oci")
+        store = ImageStore(store)
+        for name in images:
+            store.import_image(layout, ref=name)
+    return out
+
+
+class RepositoryTools:
+    """`bash`, `read_file` and `write_file` in the repository at `self.repo` of the sandbox."""
+
+    repo: str = REPO
+    timeout_s: float = 60.0
+    sandbox: Any = None
+
+    async def step(self, tool_calls: list[dict[str, Any]]) -> StepResult:
+        observations = []
+        for call in tool_calls:
+            arguments = json.loads(call["function"]["arguments"])
+            name = call["function"]["name"]
+            if name == "bash":
+                result = await self.sandbox.run(arguments["cmd"], timeout=self.timeout_s, cwd=self.repo)
+                text = f"exit code {result.exit_code}\n{result.stdout}{result.stderr}"
+            elif name == "read_file":
+                text = await self.sandbox.read(f"{self.repo}/{arguments['path']}")
+            else:
+                await self.sandbox.write(f"{self.repo}/{arguments['path']}", arguments["content"])
+                text = f"wrote {arguments['path']}"
+            observations.append({"role": "tool", "tool_call_id": call["id"], "content": text[-MAX_OUTPUT_CHARS:]})
+        return StepResult(observations)
+
+
+class SweLiteEnv(RepositoryTools, Environment):
     needs_sandbox = True
     template = "base"
     required_fields = ("prompt", "files")
@@ -81,22 +149,6 @@ class SweLiteEnv(Environment):
         messages = [{"role": "system", "content": SYSTEM_PROMPT},
                     {"role": "user", "content": f"{row['prompt']}\nFiles:\n{listing}"}]
         return messages, TOOLS
-
-    async def step(self, tool_calls: list[dict[str, Any]]) -> StepResult:
-        observations = []
-        for call in tool_calls:
-            arguments = json.loads(call["function"]["arguments"])
-            name = call["function"]["name"]
-            if name == "bash":
-                result = await self.sandbox.run(arguments["cmd"], timeout=self.timeout_s, cwd=REPO)
-                text = f"exit code {result.exit_code}\n{result.stdout}{result.stderr}"
-            elif name == "read_file":
-                text = await self.sandbox.read(f"{REPO}/{arguments['path']}")
-            else:
-                await self.sandbox.write(f"{REPO}/{arguments['path']}", arguments["content"])
-                text = f"wrote {arguments['path']}"
-            observations.append({"role": "tool", "tool_call_id": call["id"], "content": text[-MAX_OUTPUT_CHARS:]})
-        return StepResult(observations)
 
     async def reward(self, episode: Episode) -> float:
         """1 when the repository's tests pass in the sandbox as the episode left it."""

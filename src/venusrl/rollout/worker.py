@@ -17,6 +17,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.coordinator.decisions import Decisions, PriorityPolicy
@@ -229,7 +230,7 @@ class RolloutWorker:
         env, sandbox = self.env_factory(), None
         try:
             if env.needs_sandbox:
-                sandbox = await create_sandbox(env, self.sandboxes, group_id=f"group-{trajectory.group_id}")
+                sandbox = await create_sandbox(env, self.sandboxes, group_id=f"group-{trajectory.group_id}", row=row)
             rollout = await run_agent_loop(env, row, self._generate, self.tokenizer, self.config,
                                            str(trajectory_id), sandbox=sandbox, observer=observer)
         except asyncio.CancelledError:
@@ -326,12 +327,13 @@ async def next_ready(ready: asyncio.Queue[Group], running: asyncio.Task) -> Grou
     return None if ready.empty() else ready.get_nowait()
 
 
-async def create_sandbox(env: Environment, controller: SandboxController | None, group_id: str | None = None) -> AsyncSandbox:
-    """One sandbox for one trajectory, from the environment's template; a group's sandboxes
-    (same `group_id`) share a node and so its template pages."""
+async def create_sandbox(env: Environment, controller: SandboxController | None, group_id: str | None = None,
+                         row: dict[str, Any] | None = None) -> AsyncSandbox:
+    """One sandbox for one trajectory, from the environment's template for its row; a
+    group's sandboxes (same `group_id`) share a node and so its template pages."""
     if controller is None:
         raise RuntimeError(f"environment {type(env).__name__} needs a sandbox and there is no sandbox controller")
-    return await AsyncSandbox.create(controller, env.template or "base", group_id=group_id)
+    return await AsyncSandbox.create(controller, env.sandbox_template(row or {}), group_id=group_id)
 
 
 async def _kill_quietly(sandbox: AsyncSandbox, trajectory_id: int) -> None:

@@ -147,7 +147,7 @@ class RolloutService:
             env, sandbox = self.env_factory(), None
             try:
                 if env.needs_sandbox:
-                    sandbox = await create_sandbox(env, self.cluster.controller)
+                    sandbox = await create_sandbox(env, self.cluster.controller, row=prompt.row())
                 rollout = await run_agent_loop(env, prompt.row(), engine_generate(engine, lambda _: Priority.HIGH),
                                                self.tokenizer, config, key, sandbox=sandbox)
                 return rollout.reward

@@ -50,10 +50,17 @@ def _template(spec: str):
         raise typer.Exit(2) from None
 
 
+def _image_template(image: str):
+    from venusrl.sandbox.image.templates import image_template
+
+    return image_template(image)
+
+
 @sandbox_app.command("exec", context_settings={"allow_interspersed_args": False})
 def exec_command(
     command: Annotated[list[str], typer.Argument(help="the command and its arguments (after --)")],
     template: Annotated[str, typer.Option(help="'base' or a template YAML file")] = "base",
+    image: Annotated[str | None, typer.Option(help="an imported image to run in (instead of --template)")] = None,
     timeout: Annotated[float, typer.Option(help="seconds before the command's process tree is killed")] = 60.0,
     config: Annotated[Path | None, typer.Option(help="venusrl config YAML (its sandbox section)")] = None,
 ) -> None:
@@ -67,7 +74,7 @@ def exec_command(
         raise typer.Exit(2)
     settings = _config(config, ["sandbox.nodes=1"])
     setup_logging(os.environ.get("VENUSRL_LOG_LEVEL", "WARNING"))
-    spec = _template(template)
+    spec = _template(template) if image is None else _image_template(image)
     os.environ.setdefault("VENUSRL_LOG_LEVEL", "WARNING")  # node agents: quiet unless asked
     try:
         cluster = LocalCluster(settings)
@@ -139,3 +146,65 @@ def bench(
     os.environ.setdefault("VENUSRL_LOG_LEVEL", "WARNING")
     results = run_bench(quick, budget, size, json_out)
     typer.echo(json.dumps({k: v for k, v in results.items() if k != "config"}, indent=2))
+
+
+image_app = typer.Typer(help="Images: import OCI layouts and docker-archives into the layer store.", no_args_is_help=True)
+sandbox_app.add_typer(image_app, name="image")
+
+
+def _store(store: Path | None, config: Path | None):
+    from venusrl.sandbox.image.store import ImageStore
+
+    return ImageStore(store or _config(config, []).image_store)
+
+
+@image_app.command("import")
+def image_import(
+    path: Annotated[Path, typer.Argument(help="an OCI image layout (directory or tar) or a `docker save` tarball")],
+    name: Annotated[str | None, typer.Option(help="the name templates use (default: the file's tag)")] = None,
+    ref: Annotated[str | None, typer.Option(help="which image, when the file holds several (tag or ref name)")] = None,
+    store: Annotated[Path | None, typer.Option(help="layer store (default: sandbox.image_store)")] = None,
+    config: Annotated[Path | None, typer.Option(help="venusrl config YAML (its sandbox section)")] = None,
+) -> None:
+    """Unpack an image's layers into the store (each layer once, by digest) and name it."""
+    from venusrl.sandbox.errors import SandboxError
+
+    setup_logging("INFO")
+    try:
+        result = _store(store, config).import_image(path, name, ref)
+    except SandboxError as err:
+        typer.echo(f"image import: {err}", err=True)
+        raise typer.Exit(2) from None
+    record = result.record
+    typer.echo(json.dumps({"name": record.name, "image_id": record.image_id, "format": record.format,
+                           "layers": len(record.layers), "new_layers": result.new_layers,
+                           "shared_layers": result.shared_layers, "user": record.user,
+                           "working_dir": record.working_dir, "command": list(record.command)}, indent=2))
+
+
+@image_app.command("ls")
+def image_list(
+    store: Annotated[Path | None, typer.Option(help="layer store (default: sandbox.image_store)")] = None,
+    config: Annotated[Path | None, typer.Option(help="venusrl config YAML (its sandbox section)")] = None,
+) -> None:
+    """The imported images: name, image ID, layers."""
+    for record in _store(store, config).images():
+        typer.echo(f"{record.name}\t{record.image_id[:19]}\t{len(record.layers)} layers\t{record.format}")
+
+
+@image_app.command("rm")
+def image_remove(
+    name: Annotated[str, typer.Argument(help="the image's name")],
+    store: Annotated[Path | None, typer.Option(help="layer store (default: sandbox.image_store)")] = None,
+    config: Annotated[Path | None, typer.Option(help="venusrl config YAML (its sandbox section)")] = None,
+) -> None:
+    """Forget an image; delete the layers no other image shares."""
+    from venusrl.sandbox.errors import SandboxError
+
+    setup_logging("INFO")
+    try:
+        removed = _store(store, config).remove(name)
+    except SandboxError as err:
+        typer.echo(f"image rm: {err}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"removed {name} and {removed} layers no other image used")

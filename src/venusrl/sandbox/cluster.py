@@ -121,7 +121,8 @@ def node_settings(config: SandboxConfig, node_id: str, address: str, token: str,
         reaction_time_s=c.reaction_time_s, growth_window_s=c.growth_window_s,
         control_interval_s=c.control_interval_s, cold_start_s=c.cold_start_s, pids_limit=c.pids_limit,
         oom_grace_s=c.oom_grace_s, default_memory_limit=int(c.memory_limit),
-        cold_start_default=None if c.cold_start_default is None else int(c.cold_start_default))
+        cold_start_default=None if c.cold_start_default is None else int(c.cold_start_default),
+        image_store=c.image_store, exactly_once=c.exactly_once)
 
 
 def start_node_process(settings: NodeSettings) -> tuple[subprocess.Popen, str]:

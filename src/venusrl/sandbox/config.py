@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import ByteSize, Field
 
+from venusrl.sandbox.image.store import DEFAULT_STORE
 from venusrl.schema import Section
 
 
@@ -26,4 +27,7 @@ class SandboxConfig(Section):
     pids_limit: int = Field(256, ge=8, description="processes per sandbox")
     oom_grace_s: float = Field(30.0, gt=0, description="how long a node waits for migration before the kernel OOM killer")
     workdir: str | None = Field(None, description="node state (layers, profiles); default: a fresh temp dir")
+    exactly_once: bool = Field(True, description="snapshot a sandbox's files at each command's start, so a "
+                               "command interrupted by migration re-runs from them and applies its effects once")
+    image_store: str = Field(DEFAULT_STORE, description="image layer store shared by this host's node agents")
     transport: Literal["unix", "tcp"] = Field("unix", description="node agent socket: Unix or loopback TCP")

@@ -251,15 +251,21 @@ class SandboxController:
         return record
 
     def migrate(self, sandbox_id: str, target: str) -> MigrationRecord:
-        """Move a sandbox's files and shell session to `target`; its in-flight command is
-        re-run there by the call that was waiting for it."""
+        """Move a sandbox's files and shell session to `target`. A command in flight is
+        moved as the files it started from and re-run there by the call waiting for it, so
+        its effects apply once (flight.py); if the target refuses, the source keeps it."""
         started = time.monotonic()
         route = self._route(sandbox_id)
         source = route.node_id
         state = self.nodes[source].call("export", wait_s=120.0, sandbox_id=sandbox_id)
-        created = self.nodes[target].call(
-            "create", wait_s=180.0, sandbox_id=sandbox_id, template=state["template"], group_id=state["group_id"],
-            memory_limit=state["memory_limit"], state={"session": state["session"], "layer": state["layer"], "bytes": state["bytes"]})
+        try:
+            created = self.nodes[target].call(
+                "create", wait_s=180.0, sandbox_id=sandbox_id, template=state["template"], group_id=state["group_id"],
+                memory_limit=state["memory_limit"],
+                state={"session": state["session"], "layer": state["layer"], "bytes": state["bytes"]})
+        except BaseException:
+            self.nodes[source].call("export_abort", wait_s=10.0, sandbox_id=sandbox_id)
+            raise
         with self._lock:
             route.node_id, route.session, route.layer = target, created["session"], created["layer"]
         self.nodes[source].call("release", wait_s=60.0, sandbox_id=sandbox_id, to=target)
@@ -286,7 +292,7 @@ class SandboxController:
         if layer_dir.is_dir():  # same host (embedded runtime): the files survive the agent
             import base64
 
-            state["layer"] = base64.b64encode(Layer(layer_dir).pack()).decode()
+            state["layer"] = base64.b64encode(Layer(layer_dir).archive(at_command_start=True)).decode()
         for node_id in rank_nodes(self.node_views(), route.group_id):
             try:
                 created = self.nodes[node_id].call(

@@ -10,7 +10,9 @@ class SandboxError(Exception):
     retryable = False
 
     def to_wire(self) -> dict[str, Any]:
-        return {"type": type(self).__name__, "message": str(self)}
+        # A subclass defined elsewhere (ImageError, say) travels as its nearest wire type.
+        name = next(c.__name__ for c in type(self).__mro__ if c.__name__ in _TYPES)
+        return {"type": name, "message": str(self)}
 
 
 class InvalidRequest(SandboxError):

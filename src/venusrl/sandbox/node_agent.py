@@ -29,7 +29,10 @@ from venusrl.sandbox.errors import (
     SandboxMigrated,
     SandboxNotFound,
     SandboxUnavailable,
+    TemplateError,
 )
+from venusrl.sandbox.flight import CommandFence
+from venusrl.sandbox.image.store import DEFAULT_STORE
 from venusrl.sandbox.profiles import ColdStartProfiles
 from venusrl.sandbox.template import Template
 
@@ -56,6 +59,8 @@ class NodeSettings:
     oom_grace_s: float = 30.0
     default_memory_limit: int = 512 << 20
     cold_start_default: int | None = None  # None: a template's declared size until profiled
+    image_store: str = DEFAULT_STORE
+    exactly_once: bool = True  # snapshot the layer at each command's start (flight.py)
 
 
 @dataclass
@@ -78,11 +83,13 @@ class NodeAgent:
         layout = detect_layout()
         self.cgroup = Cgroup(layout, settings.cgroup).create()
         self.cgroup.hold_oom(settings.budget)
-        self.backend = ProcessBackend(self.cgroup, self.workdir, settings.share_pages, settings.pids_limit)
+        self.backend = ProcessBackend(self.cgroup, self.workdir, settings.share_pages, settings.pids_limit,
+                                      settings.image_store)
         self.profiles_path = self.workdir / "profiles.json"
         self.profiles = ColdStartProfiles.load(self.profiles_path)
         self._tracked: dict[str, _Tracked] = {}
         self._gone: dict[str, Exception] = {}  # why a sandbox left: migrated or killed
+        self._fences: dict[str, CommandFence] = {}  # one per live sandbox
         self._lock = threading.RLock()
         self._admit_lock = threading.Lock()
         self._watchers: list[BinaryIO] = []
@@ -268,12 +275,14 @@ class NodeAgent:
             archive = base64.b64decode(state["layer"]) if state and state.get("layer") else None
             sandbox = self.backend.create(sandbox_id, template, group_id, memory_limit,
                                           session=(state or {}).get("session"), layer_archive=archive)
+            self._start_image_command(sandbox)
         except BaseException:
             with self._lock:
                 self._tracked.pop(sandbox_id, None)
             raise
         self._gone.pop(sandbox_id, None)
         with self._lock:
+            self._fences[sandbox_id] = CommandFence(sandbox_id)
             tracked = self._tracked.get(sandbox_id)
             if tracked is not None:  # its cold start is measured from when it is ready
                 tracked.started_at, tracked.ready = time.monotonic(), True
@@ -281,6 +290,21 @@ class NodeAgent:
                  template.name, group_id, "restored" if state else decision.reason)
         return {"sandbox_id": sandbox_id, "node_id": self.settings.node_id, "session": sandbox.session,
                 "layer": str(sandbox.layer.base)}
+
+    def _start_image_command(self, sandbox: SandboxProcess) -> None:
+        """Entrypoint+Cmd, in every incarnation of the sandbox: background processes do not
+        survive a move or a recovery, so the target starts them again."""
+        command = self.backend.images.start_command(sandbox.template)
+        if command is None:
+            return
+        try:
+            started = self.backend.run(sandbox, {"op": "run", "cmd": command, "timeout": 30.0, "cwd": None, "env": {}})
+        except BaseException:
+            self.backend.destroy(sandbox.sandbox_id)
+            raise
+        if started["exit_code"] != 0:
+            self.backend.destroy(sandbox.sandbox_id)
+            raise TemplateError(f"template {sandbox.template.name}: image command did not start: {started['stderr'][-300:]}")
 
     def _sandbox(self, request: dict[str, Any]) -> SandboxProcess:
         sandbox_id = _string(request, "sandbox_id")
@@ -306,7 +330,17 @@ class NodeAgent:
         if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise InvalidRequest(f"env: expected a mapping of strings to strings, got {env!r}")
         call = {"op": "run", "cmd": cmd, "timeout": float(timeout), "cwd": cwd, "env": env}
-        return self._forward(sandbox, lambda: self.backend.run(sandbox, call, frozen=self._frozen))
+        layer = sandbox.layer
+        once = self.settings.exactly_once
+        with self._fence(sandbox).command(layer.snapshot if once else None, layer.drop_snapshot if once else None):
+            return self._forward(sandbox, lambda: self.backend.run(sandbox, call, frozen=self._frozen))
+
+    def _fence(self, sandbox: SandboxProcess) -> CommandFence:
+        with self._lock:
+            fence = self._fences.get(sandbox.sandbox_id)
+        if fence is None:
+            raise SandboxNotFound(f"sandbox_id: no sandbox {sandbox.sandbox_id!r} on node {self.settings.node_id}")
+        return fence
 
     def _frozen(self, sandbox: SandboxProcess) -> bool:
         return self.oom_active or sandbox.paused
@@ -315,9 +349,11 @@ class NodeAgent:
         sandbox = self._sandbox(request)
         op = request["op"]
         call = {"op": op, "path": _string(request, "path")}
-        if op == "write":
-            call["data"] = _string(request, "data")
-        return self._forward(sandbox, lambda: self.backend.files(sandbox, call, frozen=self._frozen))
+        if op != "write":
+            return self._forward(sandbox, lambda: self.backend.files(sandbox, call, frozen=self._frozen))
+        call["data"] = _string(request, "data")
+        with self._fence(sandbox).command(None, None):  # a write lands before an export or after the move
+            return self._forward(sandbox, lambda: self.backend.files(sandbox, call, frozen=self._frozen))
 
     def _forward(self, sandbox: SandboxProcess, send: Callable[[], Any]) -> Any:
         try:
@@ -335,6 +371,9 @@ class NodeAgent:
             raise type(reason)(str(reason))
         log.info("node %s: sandbox %s crashed, restarting from its layer", self.settings.node_id, sandbox.sandbox_id)
         sandbox.cgroup.kill_all()
+        if self.settings.exactly_once and sandbox.layer.restore_snapshot():
+            log.info("node %s: sandbox %s: files restored to the interrupted command's start",
+                     self.settings.node_id, sandbox.sandbox_id)
         self.backend.start(sandbox)
 
     def pause(self, request: dict[str, Any]) -> None:
@@ -355,15 +394,31 @@ class NodeAgent:
         log.info("node %s: sandbox %s killed", self.settings.node_id, sandbox_id)
 
     def export(self, request: dict[str, Any]) -> dict[str, Any]:
+        """The sandbox's state for a move; until `release` or `export_abort`, no command
+        starts and none in flight delivers its result (flight.py)."""
         sandbox = self._sandbox(request)
-        state = self.backend.export(sandbox)
-        state["bytes"] = sandbox.cgroup.memory_usage()
+        fence = self._fence(sandbox)
+        in_flight = fence.begin_export()
+        try:
+            state = self.backend.export(sandbox)
+            if in_flight and self.settings.exactly_once:
+                state["layer"] = base64.b64encode(sandbox.layer.archive(at_command_start=True)).decode()
+            state["bytes"] = sandbox.cgroup.memory_usage()
+        except BaseException:
+            fence.end_export(None)
+            raise
+        state["in_flight_from_snapshot"] = in_flight and self.settings.exactly_once
         return state
+
+    def export_abort(self, request: dict[str, Any]) -> None:
+        self._fence(self._sandbox(request)).end_export(None)
 
     def release(self, request: dict[str, Any]) -> None:
         """The sandbox now lives on `to`: drop it here; its in-flight call learns it moved."""
-        sandbox_id = self._sandbox(request).sandbox_id
+        sandbox = self._sandbox(request)
+        sandbox_id = sandbox.sandbox_id
         to = _string(request, "to")
+        self._fence(sandbox).end_export(to)
         self._remove(sandbox_id, SandboxMigrated(f"sandbox {sandbox_id} migrated to node {to}"))
         log.info("node %s: sandbox %s released after migration to %s", self.settings.node_id, sandbox_id, to)
 
@@ -373,6 +428,7 @@ class NodeAgent:
             while len(self._gone) > 4096:
                 self._gone.pop(next(iter(self._gone)))
             self._tracked.pop(sandbox_id, None)
+            self._fences.pop(sandbox_id, None)
         self.backend.destroy(sandbox_id)
 
     def dispatch(self, request: dict[str, Any]) -> Any:
@@ -380,7 +436,7 @@ class NodeAgent:
         handlers = {
             "create": self.create, "run": self.run, "read": self.files, "write": self.files, "list": self.files,
             "pause": self.pause, "resume": self.resume, "kill": self.kill, "metrics": self.metrics,
-            "export": self.export, "release": self.release,
+            "export": self.export, "export_abort": self.export_abort, "release": self.release,
             "status": lambda _r: self.status(),
             "oom_done": lambda _r: self.finish_oom(),
             "oom_fallback": lambda _r: self.fall_back_to_kernel("cannot be relieved by migration"),

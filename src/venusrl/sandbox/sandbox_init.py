@@ -7,7 +7,9 @@ builds a private root (read-only system binds, a fresh /proc and /dev, the templ
 under an overlay at /workspace, its own /tmp), pivots into it, drops to the sandbox's own
 unprivileged uid with no capabilities and a fresh session keyring, installs the seccomp
 filter (seccomp.py), reseeds random state, and serves requests on its channel.
-Both set PDEATHSIG, so a zygote's death takes its sandboxes with it.
+Both set PDEATHSIG, so a zygote's death takes its sandboxes with it. A sandbox of an image
+template gets the image's root instead, in a user namespace (image/rootfs.py), and then the
+same keyring and seccomp filter.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from venusrl.sandbox import idmap, linux, protocol, seccomp
+from venusrl.sandbox.image import rootfs
 from venusrl.sandbox.session import ShellSession
 from venusrl.sandbox.spec import SANDBOX_UID, SandboxSpec
 from venusrl.sandbox.template import Template, run_python_setup
@@ -92,7 +95,10 @@ def _run_init(spec: SandboxSpec, channel: socket.socket, template: Template, nam
             os.dup2(devnull, fd)  # the zygote's stdio is the node agent's log
         os.close(devnull)
         linux.sethostname(spec.sandbox_id[:63])
-        _build_root(spec, keeper)
+        if spec.image is not None:
+            rootfs.build_root(spec, _build_dev)  # unshares its user namespace before the filter denies it
+        else:
+            _build_root(spec, keeper)
         _restrict(spec)
         _reseed()
         session = ShellSession(spec.session_cwd, spec.session_env or _base_env(), SESSION_STATE_DIR)
@@ -183,7 +189,7 @@ def _bind(host: str, root: str, read_only: bool) -> None:
 
 def _build_dev(root: str) -> None:
     dev = f"{root}/dev"
-    os.makedirs(dev)
+    os.makedirs(dev, exist_ok=True)
     linux.mount("tmpfs", dev, "tmpfs", linux.MS_NOSUID | linux.MS_NOEXEC, "size=64k,mode=755")
     for name in DEVICES:
         host = f"/dev/{name}"
@@ -200,9 +206,12 @@ def _build_dev(root: str) -> None:
 def _restrict(spec: SandboxSpec) -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (spec.open_files, spec.open_files))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    uid, gid, cwd = rootfs.identity(spec) if spec.image is not None else (spec.uid, spec.uid, "/workspace")
     os.setgroups([])
-    os.setresgid(spec.uid, spec.uid, spec.uid)
-    os.setresuid(spec.uid, spec.uid, spec.uid)  # from uid 0 to non-zero: all capabilities drop
+    os.setresgid(gid, gid, gid)
+    # from uid 0 to non-zero: all capabilities drop; an image's root keeps them only in its
+    # own user namespace, which owns none of the sandbox's other namespaces
+    os.setresuid(uid, uid, uid)
     try:
         # The node agent's session keyring would otherwise be every sandbox's (the filter
         # below denies keyring calls; this is the second wall).
@@ -212,7 +221,7 @@ def _restrict(spec: SandboxSpec) -> None:
             raise
     linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
     seccomp.install()
-    os.chdir("/workspace")
+    os.chdir(cwd)
 
 
 def _reseed() -> None:
@@ -282,4 +291,4 @@ def _handle(request: dict[str, Any], session: ShellSession) -> Any:
 
 
 def _resolve(path: str) -> str:
-    return path if path.startswith("/") else os.path.join("/workspace", path)
+    return path if path.startswith("/") else os.path.join(os.getcwd(), path)  # the init stays in its workspace

@@ -28,6 +28,7 @@ class SandboxSpec:
     open_files: int = 1024
     session_cwd: str = "/workspace"
     session_env: dict[str, str] = field(default_factory=dict)
+    image: dict[str, Any] | None = None  # image/rootfs.py ImageRoot: the root is the image's, not the host's
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path, PurePosixPath
 
-from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
 
 from venusrl.sandbox.errors import TemplateError
 from venusrl.sandbox.spec import SANDBOX_UID
@@ -22,8 +22,11 @@ class Template(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    image: str | None = Field(None, description="an imported image (`venusrl sandbox image import`): the sandbox's root")
+    image_command: bool = Field(False, description="start the image's Entrypoint+Cmd in the background in every "
+                                "sandbox, as `docker run` would (output in /tmp/image-command.log)")
     python_modules: tuple[str, ...] = Field((), description="imported once by the template")
-    files: dict[str, str] = Field(default_factory=dict, description="workspace path -> text")
+    files: dict[str, str] = Field(default_factory=dict, description="workspace (image: WorkingDir) path -> text")
     directory: str | None = Field(None, description="host directory copied into the workspace")
     setup_commands: tuple[str, ...] = Field((), description="shell commands run in the workspace")
     python_setup: str = Field("", description="Python run once by the template; its globals persist")
@@ -31,6 +34,15 @@ class Template(BaseModel):
     disk_quota: ByteSize = Field(ByteSize(1 << 30), ge=4 << 20,
                                  description="bytes each sandbox may write (workspace changes and /tmp), e.g. 2GiB")
     inode_quota: int = Field(65536, ge=64, description="files and directories each sandbox may create")
+
+    @model_validator(mode="after")
+    def _no_host_python_state_on_images(self) -> Template:
+        # That state lives in the host's interpreter, whose files and libraries are not in
+        # an image's root: its lazy imports would fail there.
+        if self.image is not None and (self.python_modules or self.python_setup or self.python_start):
+            raise ValueError("python_modules/python_setup/python_start run on the host's interpreter and do not "
+                             "apply to image templates (image: set)")
+        return self
 
     @field_validator("files")
     @classmethod

@@ -25,6 +25,7 @@ from venusrl.sandbox import protocol
 from venusrl.sandbox.backends.pool import TemplatePool
 from venusrl.sandbox.cgroups import Cgroup
 from venusrl.sandbox.errors import InvalidRequest, SandboxError, SandboxUnavailable, TemplateError
+from venusrl.sandbox.image.templates import ImageTemplates
 from venusrl.sandbox.layer import Layer
 from venusrl.sandbox.memory import process_memory
 from venusrl.sandbox.quota import QuotaDir, SpareQuotaDirs, release_mounts_under
@@ -112,7 +113,8 @@ class SandboxProcess:
 class ProcessBackend:
     """All sandboxes of one node. Thread-safe: the node agent serves many connections."""
 
-    def __init__(self, node_cgroup: Cgroup, workdir: Path, share_pages: bool, pids_limit: int) -> None:
+    def __init__(self, node_cgroup: Cgroup, workdir: Path, share_pages: bool, pids_limit: int,
+                 image_store: str | Path) -> None:
         self.node_cgroup = node_cgroup
         self.workdir = workdir
         self.share_pages = share_pages
@@ -129,6 +131,7 @@ class ProcessBackend:
         # One background thread makes quota filesystems ahead and tears down destroyed ones.
         self._storage_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-storage")
         self._spares = SpareQuotaDirs(workdir / "spare", workdir / "blank-images", self._storage_worker.submit)
+        self.images = ImageTemplates(image_store)
 
     def pool(self, template: Template) -> TemplatePool:
         with self._pool_lock:
@@ -136,7 +139,7 @@ class ProcessBackend:
             if pool is not None and pool.template != template:
                 raise InvalidRequest(f"template: {template.name!r} is already defined differently on this node")
             if pool is None or not pool.alive():
-                template.materialize(self.workdir / "templates" / template.name)
+                self.images.materialize(template, self.workdir / "templates" / template.name)
                 pool = TemplatePool(template, self.node_cgroup.child(f"pool-{template.name}"), self.share_pages)
                 self._pools[template.name] = pool
             return pool
@@ -180,6 +183,7 @@ class ProcessBackend:
         pool = pool or self.pool(sandbox.template)
         sandbox.layer.reset_work()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        defaults = self.images.session_defaults(sandbox.template)
         spec = SandboxSpec(
             sandbox_id=sandbox.sandbox_id,
             cgroup_procs=tuple(str(d / "cgroup.procs") for d in sandbox.cgroup.layout.dirs(sandbox.cgroup.rel)),
@@ -193,8 +197,9 @@ class ProcessBackend:
             uid=sandbox.uid.uid,
             disk_quota=sandbox.quota.size,
             inode_quota=sandbox.quota.inodes,
-            session_cwd=sandbox.session.get("cwd", "/workspace"),
-            session_env=sandbox.session.get("env", {}),
+            session_cwd=sandbox.session.get("cwd", defaults["cwd"]),
+            session_env=sandbox.session.get("env", defaults["env"]),
+            image=self.images.root(sandbox.template),
         )
         try:
             pool.fork(spec, theirs)

@@ -1,0 +1,113 @@
+"""Node side of image templates: resolve a template's image in the store once per pool,
+write the template's own layer over it, and say how its sandboxes start.
+
+A template names an image (`Template.image`); its `files` and `directory` land in the
+image's WorkingDir, in a layer of the template's own that sits above the image's layers
+(read-only and shared like them), owned by the image's User; then its `setup_commands`
+run once as the image's root with that layer as their writable layer (setup.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import shutil
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from venusrl.sandbox.errors import TemplateError
+from venusrl.sandbox.image.config import session_environment
+from venusrl.sandbox.image.layers import UID_BASE
+from venusrl.sandbox.image.rootfs import ImageRoot
+from venusrl.sandbox.image.setup import run_setup
+from venusrl.sandbox.image.store import ImageStore
+from venusrl.sandbox.template import Template
+
+WORKSPACE_DEFAULTS: dict[str, Any] = {"cwd": "/workspace", "env": {}}
+IMAGE_COMMAND_LOG = "/tmp/image-command.log"
+
+
+@dataclass(frozen=True)
+class PreparedImage:
+    root: ImageRoot
+    session: dict[str, Any]  # where and with what environment commands start
+    command: tuple[str, ...]  # Entrypoint + Cmd
+
+
+def image_template(image: str) -> Template:
+    """One template per image: a readable name plus a hash, so distinct images never collide."""
+    slug = re.sub(r"[^A-Za-z0-9_.-]", "-", image)[:40].strip("-.") or "image"
+    return Template(name=f"img-{slug}-{hashlib.sha256(image.encode()).hexdigest()[:8]}", image=image)
+
+
+class ImageTemplates:
+    def __init__(self, store: str | Path) -> None:
+        self.store = ImageStore(store)
+        self._prepared: dict[str, PreparedImage] = {}
+        self._lock = threading.Lock()
+
+    def materialize(self, template: Template, layer: Path) -> None:
+        """Write the template's layer (and, for an image template, resolve its image)."""
+        if template.image is None:
+            template.materialize(layer)
+            return
+        record = self.store.get(template.image)
+        user = self.store.resolve_user(record)
+        if layer.exists():
+            shutil.rmtree(layer)
+        target = layer / record.working_dir.lstrip("/")
+        if template.directory:
+            if not Path(template.directory).is_dir():
+                raise TemplateError(f"template {template.name}: directory {template.directory} does not exist")
+            shutil.copytree(template.directory, target, symlinks=True, dirs_exist_ok=True)
+        target.mkdir(parents=True, exist_ok=True)
+        for rel, text in template.files.items():
+            path = target / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        for path in layer.rglob("*"):
+            os.lchown(path, UID_BASE + user.uid, UID_BASE + user.gid)
+        # Directories above the WorkingDir only carry it: they take the image's owners.
+        for parent in target.relative_to(layer).parents:
+            os.lchown(layer / parent, UID_BASE, UID_BASE)
+        os.lchown(target, UID_BASE + user.uid, UID_BASE + user.gid)
+        environment = session_environment(record, user)
+        if template.setup_commands:
+            image_only = ImageRoot(record.name, str(self.store.layers_dir), self.store.lower_dirs(record),
+                                   0, 0, record.working_dir)
+            run_setup(template.name, image_only, layer, template.setup_commands,
+                      {**environment, "HOME": "/root", "USER": "root"})
+        root = ImageRoot(record.name, str(self.store.layers_dir), (str(layer), *self.store.lower_dirs(record)),
+                         user.uid, user.gid, record.working_dir)
+        with self._lock:
+            self._prepared[template.name] = PreparedImage(root, {"cwd": record.working_dir, "env": environment},
+                                                          record.command)
+
+    def root(self, template: Template) -> dict[str, Any] | None:
+        """The SandboxSpec's `image` field: None for a template without an image."""
+        if template.image is None:
+            return None
+        with self._lock:
+            return self._prepared[template.name].root.to_json()
+
+    def session_defaults(self, template: Template) -> dict[str, Any]:
+        if template.image is None:
+            return WORKSPACE_DEFAULTS
+        with self._lock:
+            return self._prepared[template.name].session
+
+    def start_command(self, template: Template) -> str | None:
+        """The shell line that starts the image's Entrypoint+Cmd in the background, when
+        the template asks for it and the image has one."""
+        if template.image is None or not template.image_command:
+            return None
+        with self._lock:
+            command = self._prepared[template.name].command
+        if not command:
+            raise TemplateError(f"template {template.name}: image_command is set but image {template.image} "
+                                "has no Entrypoint or Cmd")
+        return f"{shlex.join(command)} </dev/null >{IMAGE_COMMAND_LOG} 2>&1 &"  # bash sends no SIGHUP on exit
