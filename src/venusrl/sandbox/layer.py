@@ -48,11 +48,13 @@ class Layer:
 
     @property
     def snapshot_dir(self) -> Path:
-        return self.base / "snapshot"
+        # beside the layer, not in it: the layer is the sandbox's quota filesystem, and the
+        # snapshot is the node's bookkeeping (a full quota must not fail the next snapshot)
+        return self.base.parent / "snapshot"
 
     @property
     def _in_flight(self) -> Path:
-        return self.base / "snapshot.in-flight"  # present: the snapshot is a running command's start
+        return self.base.parent / "snapshot.in-flight"  # present: the snapshot is a running command's start
 
     def pack(self, into: str = "-", base: Path | None = None) -> bytes:
         """The layer (or the tree at `base` laid out like it) as a tar archive, written to
@@ -72,7 +74,7 @@ class Layer:
     def snapshot(self) -> None:
         """Save the layer as the command about to start finds it. Incremental: only what
         changed since the previous command's snapshot is copied (mirror.py)."""
-        mirror(self._pairs(), self.base / "snapshot.stamp")
+        mirror(self._pairs(), self.base.parent / "snapshot.stamp")
         self._in_flight.touch()
 
     def drop_snapshot(self) -> None:

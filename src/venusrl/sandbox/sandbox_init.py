@@ -96,7 +96,7 @@ def _run_init(spec: SandboxSpec, channel: socket.socket, template: Template, nam
         os.close(devnull)
         linux.sethostname(spec.sandbox_id[:63])
         if spec.image is not None:
-            rootfs.build_root(spec, _build_dev)  # unshares its user namespace before the filter denies it
+            rootfs.build_root(spec, _build_dev, _mount_session_state)  # unshares its user namespace before the filter denies it
         else:
             _build_root(spec, keeper)
         _restrict(spec)
@@ -134,9 +134,7 @@ def _build_root(spec: SandboxSpec, keeper: int) -> None:
     os.makedirs(f"{root}/proc")
     linux.mount("proc", f"{root}/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
     _build_dev(root)
-    os.makedirs(f"{root}{SESSION_STATE_DIR}")
-    linux.mount("tmpfs", f"{root}{SESSION_STATE_DIR}", "tmpfs", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC,
-                f"size=1m,nr_inodes=64,mode=700,uid={spec.uid},gid={spec.uid}")
+    _mount_session_state(root, spec.uid, spec.uid)
     os.makedirs(f"{root}/workspace")
     linux.mount("overlay", f"{root}/workspace", "overlay", linux.MS_NOSUID | linux.MS_NODEV,
                 f"lowerdir={lower},upperdir={upper},workdir={work}")
@@ -152,6 +150,14 @@ def _build_root(spec: SandboxSpec, keeper: int) -> None:
     os.rmdir("/.oldroot")
     # Nothing outside /workspace and /tmp is writable, root included.
     linux.mount("none", "/", None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV)
+
+
+def _mount_session_state(root: str, uid: int, gid: int) -> None:
+    """The shell session's state directory: a tmpfs of its own, owned by the sandbox's
+    (host) uid, so a sandbox whose disk quota is full still runs commands (`rm` included)."""
+    os.makedirs(f"{root}{SESSION_STATE_DIR}", exist_ok=True)
+    linux.mount("tmpfs", f"{root}{SESSION_STATE_DIR}", "tmpfs", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC,
+                f"size=1m,nr_inodes=64,mode=700,uid={uid},gid={gid}")
 
 
 def _stage_idmapped_layers(spec: SandboxSpec, staging: str, keeper: int) -> tuple[str, str, str, str]:

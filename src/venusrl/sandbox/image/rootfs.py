@@ -46,8 +46,11 @@ class ImageRoot:
         return cls(**{**data, "lowers": tuple(data["lowers"])})
 
 
-def build_root(spec: Any, build_dev: Callable[[str], None]) -> None:
-    """Mount the overlay root at `spec.root` with /proc, /dev and /tmp, and pivot into it."""
+def build_root(spec: Any, build_dev: Callable[[str], None],
+               mount_state: Callable[[str, int, int], None] | None = None) -> None:
+    """Mount the overlay root at `spec.root` with /proc, /dev, /tmp and, for a sandbox (not
+    a template's setup, whose upper becomes the template's layer), the session's state
+    directory (`mount_state(root, host uid, host gid)`); then pivot into it."""
     image = ImageRoot.from_json(spec.image)
     linux.mount("none", "/", None, linux.MS_REC | linux.MS_PRIVATE)
     # The merged root takes its owner from the upper directory: the image's root owns it.
@@ -64,6 +67,8 @@ def build_root(spec: Any, build_dev: Callable[[str], None]) -> None:
         os.makedirs(f"{root}/{mount_point}", exist_ok=True)
     linux.mount("proc", f"{root}/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
     build_dev(root)
+    if mount_state is not None:
+        mount_state(root, UID_BASE + image.uid, UID_BASE + image.gid)
     linux.mount(spec.tmp, f"{root}/tmp", None, linux.MS_BIND)
     linux.mount("none", f"{root}/tmp", None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_NOSUID | linux.MS_NODEV)
     os.chdir(root)
