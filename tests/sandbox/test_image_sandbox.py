@@ -143,7 +143,7 @@ class _ImageController:
 PROBES = [probes.test_no_network, probes.test_cannot_see_or_signal_host_or_other_sandboxes,
           probes.test_cannot_write_outside_its_layer, probes.test_cannot_read_another_sandboxs_files,
           probes.test_fork_bomb_stops_at_pids_limit, probes.test_memory_bomb_stops_at_limit_without_harming_neighbours,
-          probes.test_timeout_kills_whole_process_tree]
+          probes.test_timeout_kills_whole_process_tree, probes.test_kernel_surface_outside_the_box_is_denied]
 
 
 @pytest.mark.parametrize("probe", PROBES, ids=lambda probe: probe.__name__.removeprefix("test_"))
@@ -210,3 +210,16 @@ def test_two_templates_share_the_base_layers_files_and_their_page_cache(image_cl
     finally:
         a.kill()
         b.kill()
+
+
+def test_image_sandbox_writes_stop_at_its_disk_quota(image_cluster):
+    """The private upper of an image root sits on the sandbox's quota filesystem, as a base
+    sandbox's workspace does: a full quota is ENOSPC inside and the next command still runs."""
+    sandbox = Sandbox.create(image_cluster.controller, _template("app:latest", disk_quota="24MiB"))
+    try:
+        filled = sandbox.run("dd if=/dev/zero of=big bs=1M count=200 2>&1; dd if=/dev/zero of=/tmp/big bs=1M count=200 2>&1",
+                             timeout=60)
+        assert filled.stdout.count("No space left on device") == 2
+        assert sandbox.run("rm -f big /tmp/big && cat notes.txt").stdout == "image file\n"
+    finally:
+        sandbox.kill()
