@@ -136,8 +136,13 @@ def check_final_step_checkpointed(config: Config) -> None:
 
 def evaluate(model_dir: Path, config: Config, splits: Splits) -> dict:
     prompts = [prompt_from_row(dict(row), f"held-out row {i}", f"held-out-{i}") for i, row in enumerate(splits.held_out)]
-    return evaluate_model(model_dir, config, prompts, samples=config.demo.eval_samples, seed=config.run.seed,
-                          scorers={"any_form": final_number_matches}, breakdown=BREAKDOWN)
+    console = Console(stderr=True)
+    console.print(f"[bold]evaluating[/] {model_dir} on {len(prompts)} held-out problems (greedy and sampled)")
+    result = evaluate_model(model_dir, config, prompts, samples=config.demo.eval_samples, seed=config.run.seed,
+                            scorers={"any_form": final_number_matches}, breakdown=BREAKDOWN)
+    console.print(f"  greedy graded {result['greedy']['graded']:.3f}, sampled graded {result['sampled']['graded']:.3f}, "
+                  f"greedy any form {result['greedy']['any_form']:.3f}")
+    return result
 
 
 def make_splits(config: Config) -> Splits:

@@ -28,6 +28,7 @@ def fidelity(
     policies: Annotated[str, typer.Option(help="comma-separated scheduler.policy values")] = "venus,action_level",
     workdir: Annotated[Path, typer.Option(help="models, runs and PNGs go here")] = Path("runs/fidelity"),
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+    progress: Annotated[bool, typer.Option(help="show the SFT and training progress bars")] = True,
 ) -> None:
     """Reward per step, held-out accuracy and version spans by trajectory length of each
     scheduler on the demo's task, same seeds and SFT model for all."""
@@ -40,7 +41,7 @@ def fidelity(
                for seed in seed_list}
     for policy in policy_list:  # a bad policy name fails here, before any training
         load_config_or_exit(config_path, [*(overrides or []), f"scheduler.policy={policy}"])
-    report = run_fidelity(configs, policy_list, workdir)
+    report = run_fidelity(configs, policy_list, workdir, progress)
     report["command"] = (f"venusrl bench fidelity {config_path} {' '.join(overrides or [])} --seeds {seeds} "
                          f"--policies {policies} --workdir {workdir}")
     text = json.dumps(report, indent=2)
@@ -50,7 +51,7 @@ def fidelity(
     typer.echo(_table(report))
 
 
-def run_fidelity(configs: dict, policies: list[str], workdir: Path) -> dict:
+def run_fidelity(configs: dict, policies: list[str], workdir: Path, progress: bool = True) -> dict:
     """One warm start per seed, then one RL run per scheduler from it."""
     from venusrl.demo import HEADLINE, evaluate, reinforce, warm_start
     from venusrl.metrics.fidelity import attempts, reward_per_step, version_span_heatmap
@@ -60,11 +61,11 @@ def run_fidelity(configs: dict, policies: list[str], workdir: Path) -> dict:
 
     runs: dict[str, list[dict]] = {p: [] for p in policies}
     for seed, config in configs.items():
-        warm = warm_start(config, progress=True)
+        warm = warm_start(config, progress)
         before = evaluate(warm.sft_dir, config, warm.splits)
         for policy in policies:
             summary = reinforce(config.model_copy(update={"scheduler": config.scheduler.model_copy(
-                update={"policy": policy})}), warm, before, progress=True)
+                update={"policy": policy})}), warm, before, progress)
             kinds = by_kind(read_metrics(Path(summary["run_dir"]) / METRICS_FILE))
             runs[policy].append({"seed": seed, "summary": summary, "rewards": reward_per_step(kinds.get("step", [])),
                                  "attempts": attempts(kinds.get("group", []), summary["stale_discard_tokens"])})
