@@ -4,13 +4,16 @@ in this process. Each episode is scored by the environment's reward (the graded 
 by any extra scorers (the right answer in any form, say), overall and per value of a row
 field (problems with and without a transient tool error, say).
 
-The sampled rollouts draw from one engine-wide stream seeded by `seed`: the same model,
-prompts and seed give the same figures, so two models compared on one seed see the same
-draws wherever their distributions agree."""
+Each sampled turn draws from its own stream, seeded by `seed`, the rollout and the turn's
+context length (the engine offsets it by the position in the output): the figures do not
+depend on how the engine happened to batch, the same model, prompts and seed give the
+same figures, and two models compared on one seed see the same draws."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +26,7 @@ from venusrl.env.base import Episode
 from venusrl.env.registry import environment_factory
 from venusrl.model.chat import load_tokenizer
 from venusrl.model.checkpoint import load_model
-from venusrl.rollout.agent_loop import run_agent_loop
+from venusrl.rollout.agent_loop import GenerateFn, run_agent_loop
 from venusrl.rollout.generate import engine_generate
 from venusrl.types import Prompt
 
@@ -57,6 +60,14 @@ def evaluate_model(model_dir: Path, config: Config, prompts: list[Prompt], *, sa
     return result
 
 
+def _seeded(generate: GenerateFn, seed: int) -> GenerateFn:
+    async def seeded(prompt_ids, sampling, trajectory_id):
+        turn_seed = zlib.crc32(f"{seed}/{trajectory_id}/{len(prompt_ids)}".encode())
+        return await generate(prompt_ids, dataclasses.replace(sampling, seed=turn_seed), trajectory_id)
+
+    return seeded
+
+
 def _accuracies(episodes: list[ScoredEpisode]) -> dict[str, dict[str, float]]:
     out: dict[str, dict[str, float]] = {}
     for decoding in ("greedy", "sampled"):
@@ -75,8 +86,8 @@ async def _rollouts(model_dir: Path, config: Config, prompts: list[Prompt], samp
                          "environments without a sandbox")
     tokenizer = load_tokenizer(model_dir)
     engine = AsyncEngine(Engine(load_model(model_dir, config.model.dtype, config.model.device), config.engine,
-                                tokenizer, seed=seed))
-    generate = engine_generate(engine)
+                                tokenizer))
+    generate = _seeded(engine_generate(engine), seed)
     greedy = config.rollout.model_copy(update={"temperature": 0.0})
 
     async def one(prompt: Prompt, decoding: str, index: int) -> ScoredEpisode:
