@@ -22,4 +22,6 @@ class DemoConfig(Section):
     sft_seed: int = Field(100, description="seed of the demonstrations' problems (apart from train and held-out)")
     sft_ungraded_fraction: float = Field(
         0.0, ge=0.0, le=1.0,
-        description="demonstrations that end 'The result is N.', a form the grader does not accept (RL learns the graded one)")
+        description="demonstrations that end 'The result is N.', a form the grader does not accept")
+    eval_samples: int = Field(1, ge=1, description="sampled (rollout temperature) held-out rollouts per problem, "
+                                                   "besides the greedy one")

@@ -75,6 +75,18 @@ def test_turn_generated_by_too_new_weights_is_discarded():
     out = run_turn(ledger, t.id, 0.0, 4, version=2)
     assert out.discarded == [t.id]
     assert [n.index for n in out.start] == [t.index]
+    assert c.stale_discard_tokens == [4]  # the length it had reached, for the long-tail discard rate
+
+
+def test_only_stale_discards_are_recorded_with_their_length():
+    c = DataCoordinator(config(max_version_span=0), prompts(4))
+    ledger = Ledger(c)
+    first, second = ledger.apply(c.start(0.0)).start[:2]
+    run_turn(ledger, first.id, 0.0, 7, version=0)
+    ledger.apply(c.on_trajectory_failed(second.id, 1.0, "sandbox lost"))
+    assert c.stale_discard_tokens == []
+    ledger.apply(c.on_weight_version(1, 2.0))
+    assert 7 in c.stale_discard_tokens and all(n in (0, 7) for n in c.stale_discard_tokens)
 
 
 def test_prompt_dropped_after_max_reruns_and_reported():

@@ -6,7 +6,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from venusrl.env.base import DatasetRowError, Episode
-from venusrl.env.calculator import CalculatorEnv, calculate, generate_dataset
+from venusrl.env.calculator import (
+    BUSY_ERROR,
+    CalculatorEnv,
+    calculate,
+    final_answer_matches,
+    final_number_matches,
+    generate_dataset,
+)
 from venusrl.env.registry import environment_factory, load_object
 
 
@@ -59,3 +66,38 @@ def test_registry_by_name_and_dotted_path():
         load_object("venusrl.env.calculator:Missing")
     with pytest.raises(ValueError, match="not a venusrl.env.base.Environment subclass"):
         environment_factory("venusrl.env.calculator:calculate")
+
+
+def _call(call_id: str, expression: str) -> dict:
+    return {"id": call_id, "function": {"name": "calculate", "arguments": json.dumps({"expression": expression})}}
+
+
+@given(st.integers(0, 3), st.integers(1, 5))
+def test_a_busy_row_fails_its_first_calls_then_answers(busy, calls):
+    env = CalculatorEnv()
+    asyncio.run(env.reset({"question": "Compute (2 + 3).", "answer": 5, "busy_calls": busy}))
+    results = [asyncio.run(env.step([_call(f"c{i}", "2 + 3")])).observations[0]["content"] for i in range(calls)]
+    assert results == [BUSY_ERROR] * min(busy, calls) + ["5"] * max(0, calls - busy)
+
+
+@pytest.mark.parametrize("busy", [-1, 1.5, True, "1"])
+def test_a_bad_busy_calls_is_named(busy):
+    with pytest.raises(DatasetRowError, match="busy_calls"):
+        asyncio.run(CalculatorEnv().reset({"id": "r7", "question": "Compute (1 + 1).", "answer": 2, "busy_calls": busy}))
+
+
+def test_busy_fraction_marks_that_share_of_rows_and_leaves_problems_alone():
+    plain, busy = generate_dataset(400, seed=5), generate_dataset(400, seed=5, busy_fraction=0.5)
+    assert "busy_calls" not in plain[0]
+    assert 150 < sum(r["busy_calls"] for r in busy) < 250
+    assert [r["question"] for r in busy[:1]] == [r["question"] for r in plain[:1]]
+    with pytest.raises(ValueError, match="busy_fraction"):
+        generate_dataset(4, busy_fraction=1.5)
+
+
+def test_any_form_takes_the_right_number_in_any_wording_the_graded_form_only_its_own():
+    row = {"question": "Compute (2 + 3).", "answer": 5}
+    for text, graded, any_form in (("Answer: 5", True, True), ("The result is 5.", False, True),
+                                   ("Answer: 6", False, False), ("error: busy", False, False)):
+        episode = Episode(row, [{"role": "assistant", "content": text}], "done")
+        assert final_answer_matches(episode) is graded and final_number_matches(episode) is any_form

@@ -83,6 +83,9 @@ def test_train_then_resume_trains_each_prompt_once(tiny_model_dir, tmp_path):
     assert {"reward_mean", "tokens_per_s", "kv_hit_rate", "grad_norm", "groups_ready", "engine_restarts",
             "engine_live_trajectories"} <= step.keys()
     assert summary["engine_restarts"] == 0
+    group = next(r for r in records if r["kind"] == "group")  # the fidelity report pairs spans with lengths
+    assert len(group["trajectory_tokens"]) == len(group["version_spans"]) and min(group["trajectory_tokens"]) > 0
+    assert isinstance(summary["stale_discard_tokens"], list)
 
     resumed = train(run_config(tiny_model_dir, trainer={"steps": None}), tmp_path, progress=False)
     assert resumed["steps"] == 4  # 8 prompts / B=2, two of the steps done before

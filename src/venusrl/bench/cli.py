@@ -7,7 +7,10 @@ from typing import Annotated
 
 import typer
 
+from venusrl.bench.fidelity import fidelity
+
 bench_app = typer.Typer(help="Benchmarks; each writes its figures as JSON.", no_args_is_help=True)
+bench_app.command("fidelity")(fidelity)
 
 
 @bench_app.command("engine")

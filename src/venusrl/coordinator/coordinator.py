@@ -66,6 +66,7 @@ class DataCoordinator:
             smoothing=config.stats_smoothing,
         )
         self.counts = CoordinatorCounts()
+        self.stale_discard_tokens: list[int] = []  # generated tokens of each attempt discarded as stale
         self._prompts = iter(prompts)
         self._exhausted = False
         self._running: dict[int, Group] = {}
@@ -245,6 +246,7 @@ class DataCoordinator:
         t.turn_started_at = None
         self.stats.observe_turn(len(token_ids), now - started)
         if weight_version - t.start_version > self.config.max_version_span:
+            self.stale_discard_tokens.append(t.generated_tokens)
             self._rerun(t, now, out, f"turn generated at weight version {weight_version}")
             return self._finish(now, out)
         if tool_call:
@@ -351,6 +353,7 @@ class DataCoordinator:
                 self._promoted_changed = True
         for t in stale:
             if t.id in self._live:  # a group drop may already have discarded it
+                self.stale_discard_tokens.append(t.generated_tokens)
                 self._rerun(t, now, out, f"spans weight versions {t.start_version}..{version}")
         logger.info(
             "weight version %d: %d groups trained, %d stale trajectories re-run, %d promoted",

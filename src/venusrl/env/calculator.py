@@ -1,6 +1,8 @@
 """`calculator`: multi-step arithmetic with a `calculate` tool. The number of operations,
 and so of useful tool calls (1 to 8), varies with the problem, so trajectory lengths vary
-within a group (sampling) and across groups (difficulty). No sandbox."""
+within a group (sampling) and across groups (difficulty). A row's `busy_calls` (default 0)
+is how many of its first calls the tool answers with a transient error (BUSY_ERROR), as a
+rate-limited service does: the same call made again then succeeds. No sandbox."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import random
 import re
 from typing import Any
 
-from venusrl.env.base import Environment, Episode, StepResult
+from venusrl.env.base import DatasetRowError, Environment, Episode, StepResult
 
 CALCULATE_TOOL = {
     "type": "function",
@@ -33,6 +35,8 @@ _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.m
               ast.Div: operator.truediv, ast.USub: operator.neg}
 _SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
 _ANSWER = re.compile(r"Answer:\s*(-?\d+(?:\.\d+)?)")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+BUSY_ERROR = "error: calculator busy, try again"
 
 
 def calculate(expression: str) -> str:
@@ -70,16 +74,23 @@ def make_problem(rng: random.Random, steps: int, max_start: int = 20, max_operan
 
 
 def generate_dataset(count: int, seed: int = 0, min_steps: int = 1, max_steps: int = 8, max_start: int = 20,
-                     max_operand: int = 50) -> list[dict[str, Any]]:
-    """`count` problems of `min_steps`..`max_steps` operations (one tool call each)."""
+                     max_operand: int = 50, busy_fraction: float = 0.0) -> list[dict[str, Any]]:
+    """`count` problems of `min_steps`..`max_steps` operations (one tool call each); a
+    `busy_fraction` of them (drawn at random) have `busy_calls: 1`, the first call failing."""
     if not 1 <= min_steps <= max_steps:
         raise ValueError(f"need 1 <= min_steps <= max_steps, got {min_steps}, {max_steps}")
     if max_start < 1 or max_operand < 1:
         raise ValueError(f"need max_start >= 1 and max_operand >= 1, got {max_start}, {max_operand}")
+    if not 0.0 <= busy_fraction <= 1.0:
+        raise ValueError(f"busy_fraction: need 0 <= busy_fraction <= 1, got {busy_fraction}")
     rng = random.Random(seed)
-    rows = [{"id": f"calc-{seed}-{i}", **make_problem(rng, rng.randint(min_steps, max_steps), max_start, max_operand)}
-            for i in range(count)]
-    return [{**row, "prompt": row["question"]} for row in rows]
+    rows = []
+    for i in range(count):
+        row = {"id": f"calc-{seed}-{i}", **make_problem(rng, rng.randint(min_steps, max_steps), max_start, max_operand)}
+        if busy_fraction > 0:  # drawn only then: rows without busy calls are those of earlier versions
+            row["busy_calls"] = int(rng.random() < busy_fraction)
+        rows.append({**row, "prompt": row["question"]})
+    return rows
 
 
 class CalculatorEnv(Environment):
@@ -87,17 +98,25 @@ class CalculatorEnv(Environment):
 
     def __init__(self) -> None:
         self.tool_calls = 0
+        self.busy_calls = 0
 
     async def reset(self, row: dict[str, Any], sandbox: Any = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         self.check_row(row)
+        busy = row.get("busy_calls", 0)
+        if not isinstance(busy, int) or isinstance(busy, bool) or busy < 0:
+            raise DatasetRowError(f"row {row.get('id', '?')!r}: busy_calls must be an integer >= 0, got {busy!r}")
+        self.busy_calls = busy
         return opening_messages(row), [CALCULATE_TOOL]
 
     async def step(self, tool_calls: list[dict[str, Any]]) -> StepResult:
         observations = []
         for call in tool_calls:
             self.tool_calls += 1
-            arguments = json.loads(call["function"]["arguments"])
-            observations.append({"role": "tool", "tool_call_id": call["id"], "content": calculate(arguments["expression"])})
+            if self.tool_calls <= self.busy_calls:
+                result = BUSY_ERROR
+            else:
+                result = calculate(json.loads(call["function"]["arguments"])["expression"])
+            observations.append({"role": "tool", "tool_call_id": call["id"], "content": result})
         return StepResult(observations)
 
     def reward(self, episode: Episode) -> float:
@@ -148,3 +167,11 @@ def final_answer_matches(episode: Episode) -> bool:
     final = next((m for m in reversed(episode.messages) if m["role"] == "assistant"), None)
     match = _ANSWER.search((final or {}).get("content") or "")
     return match is not None and abs(float(match.group(1)) - float(episode.row["answer"])) < 1e-6
+
+
+def final_number_matches(episode: Episode) -> bool:
+    """The last assistant message has the row's answer as its last number, in any form
+    ('Answer: N', 'The result is N.', 'N'): the right number whether or not it is graded."""
+    final = next((m for m in reversed(episode.messages) if m["role"] == "assistant"), None)
+    numbers = _NUMBER.findall((final or {}).get("content") or "")
+    return bool(numbers) and abs(float(numbers[-1]) - float(episode.row["answer"])) < 1e-6

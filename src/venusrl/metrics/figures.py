@@ -147,6 +147,42 @@ def draw_sandbox_memory(kinds: Kinds, path: Path) -> bool:
     return True
 
 
+def draw_version_heatmaps(heatmaps: dict[str, dict], path: Path) -> None:
+    """Fig. 12 of the paper: one panel per scheduler, weight-version span (rows, "discarded"
+    last) by trajectory-length percentile (columns); cells are fractions of their column."""
+    fig = Figure(figsize=(3.6 * len(heatmaps) + 1, 3.6))
+    axes = fig.subplots(1, len(heatmaps), squeeze=False)[0]
+    for ax, (name, heatmap) in zip(axes, heatmaps.items(), strict=True):
+        ax.imshow(heatmap["fractions"], cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+        for r, row in enumerate(heatmap["fractions"]):
+            for c, value in enumerate(row):
+                ax.text(c, r, f"{value:.1%}", ha="center", va="center", fontsize=8,
+                        color="white" if value > 0.6 else "black")
+        ax.set_xticks(range(len(heatmap["columns"])), heatmap["columns"], fontsize=8)
+        ax.set_yticks(range(len(heatmap["rows"])), heatmap["rows"])
+        ax.set_xlabel("trajectory length percentile")
+        ax.set_title(f"{name}: longest 5% discarded {heatmap['long_tail_discard_rate']:.1%}", fontsize=9)
+    axes[0].set_ylabel("weight versions spanned")
+    fig.suptitle("Version span by trajectory length")
+    _save(fig, path)
+
+
+def draw_reward_curves(curves: dict[str, list[list[tuple[int, float]]]], path: Path) -> None:
+    """Fig. 11 of the paper: reward mean per step, one colour per scheduler, one line per seed."""
+    fig = Figure(figsize=(8, 4.5))
+    ax = fig.add_subplot()
+    for i, (name, runs) in enumerate(curves.items()):
+        for j, run in enumerate(runs):
+            ax.plot([s for s, _ in run], [r for _, r in run], color=f"C{i}", alpha=0.8,
+                    linestyle=("-", "--", ":", "-.")[j % 4], label=f"{name} (seed run {j + 1})")
+    ax.set_xlabel("step")
+    ax.set_ylabel("reward mean")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.suptitle("Reward per step")
+    _save(fig, path)
+
+
 def _save(fig: Figure, path: Path) -> None:
     FigureCanvasAgg(fig)
     fig.tight_layout()

@@ -135,5 +135,6 @@ class TrainingDriver:
                  if traj.turns else 0 for traj in group.trajectories]
         reward_mean = sum(traj.reward or 0.0 for traj in group.trajectories) / len(group.trajectories)
         self.metrics.write({"kind": "group", "time_s": self.now(), "group_id": group.id, "prompt_id": group.prompt.id,
-                            "reward_mean": reward_mean, "version_spans": spans, "tokens_generated": tokens})
+                            "reward_mean": reward_mean, "version_spans": spans, "tokens_generated": tokens,
+                            "trajectory_tokens": [traj.generated_tokens for traj in group.trajectories]})
         self.progress.group_trained(reward_mean)

@@ -104,11 +104,12 @@ class RolloutService:
         snapshot = self.coordinator.snapshot()
         await asyncio.to_thread(save_rollout_state, directory, snapshot, self.predictor)
 
-    async def summary(self) -> dict[str, int]:
+    async def summary(self) -> dict[str, Any]:
         counts = self.coordinator.counts
         return {"groups_trained": counts.trained, "groups_dropped": counts.dropped,
                 "trajectories_discarded": counts.discarded, "preemptions": self.worker.preemptions,
-                "migrations": self.worker.migrations}
+                "migrations": self.worker.migrations,
+                "stale_discard_tokens": list(self.coordinator.stale_discard_tokens)}
 
     async def stats(self) -> dict[str, float]:
         engine_stats = [await engine.acall(lambda e: e.stats()) for engine in self.async_engines]

@@ -1,0 +1,111 @@
+"""`venusrl bench fidelity`: does the scheduler change what the model learns, or only how
+fast? The demo's task (SFT warm start, then GRPO where the tool is sometimes busy) trained
+with each scheduler from the same SFT model on the same seeds; reported per scheduler:
+reward per step (the paper's Fig. 11), held-out accuracy before and after RL, and the
+weight versions trajectories span by length percentile with the longest 5%'s stale-discard
+rate (Fig. 12). The noise a difference is judged against comes from the seeds: the spread
+of one scheduler's accuracy across seeds, and the binomial standard error of one
+accuracy on the held-out set."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+FIDELITY_HEATMAP_PNG = "fidelity_version_span.png"
+FIDELITY_REWARD_PNG = "fidelity_reward.png"
+
+
+def fidelity(
+    config_path: Annotated[Path, typer.Argument(metavar="CONFIG.yaml", help="a demo configuration")] = Path("examples/demo.yaml"),
+    overrides: Annotated[list[str] | None, typer.Argument(help="dotted key=value overrides")] = None,
+    seeds: Annotated[str, typer.Option(help="comma-separated run.seed values")] = "0,1",
+    policies: Annotated[str, typer.Option(help="comma-separated scheduler.policy values")] = "venus,action_level",
+    workdir: Annotated[Path, typer.Option(help="models, runs and PNGs go here")] = Path("runs/fidelity"),
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+    progress: Annotated[bool, typer.Option(help="show the SFT and training progress bars")] = True,
+) -> None:
+    """Reward per step, held-out accuracy and version spans by trajectory length of each
+    scheduler on the demo's task, same seeds and SFT model for all."""
+    from venusrl.cli_support import load_config_or_exit
+
+    seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    policy_list = [p.strip() for p in policies.split(",") if p.strip()]
+    configs = {seed: load_config_or_exit(config_path, [*(overrides or []), f"run.seed={seed}",
+                                                       f"demo.workdir={workdir / f'seed-{seed}'}"])
+               for seed in seed_list}
+    for policy in policy_list:  # a bad policy name fails here, before any training
+        load_config_or_exit(config_path, [*(overrides or []), f"scheduler.policy={policy}"])
+    report = run_fidelity(configs, policy_list, workdir, progress)
+    report["command"] = (f"venusrl bench fidelity {config_path} {' '.join(overrides or [])} --seeds {seeds} "
+                         f"--policies {policies} --workdir {workdir}")
+    text = json.dumps(report, indent=2)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(text + "\n")
+    typer.echo(_table(report))
+
+
+def run_fidelity(configs: dict, policies: list[str], workdir: Path, progress: bool = True) -> dict:
+    """One warm start per seed, then one RL run per scheduler from it."""
+    from venusrl.demo import HEADLINE, evaluate, reinforce, warm_start
+    from venusrl.metrics.fidelity import attempts, reward_per_step, version_span_heatmap
+    from venusrl.metrics.figures import draw_reward_curves, draw_version_heatmaps
+    from venusrl.metrics.run_stats import by_kind
+    from venusrl.metrics.writer import METRICS_FILE, read_metrics
+
+    runs: dict[str, list[dict]] = {p: [] for p in policies}
+    for seed, config in configs.items():
+        warm = warm_start(config, progress)
+        before = evaluate(warm.sft_dir, config, warm.splits)
+        for policy in policies:
+            summary = reinforce(config.model_copy(update={"scheduler": config.scheduler.model_copy(
+                update={"policy": policy})}), warm, before, progress)
+            kinds = by_kind(read_metrics(Path(summary["run_dir"]) / METRICS_FILE))
+            runs[policy].append({"seed": seed, "summary": summary, "rewards": reward_per_step(kinds.get("step", [])),
+                                 "attempts": attempts(kinds.get("group", []), summary["stale_discard_tokens"])})
+    any_config = next(iter(configs.values()))
+    max_span = any_config.coordinator.max_version_span
+    heatmaps = {p: version_span_heatmap([r["attempts"] for r in runs[p]], max_span) for p in policies}
+    workdir.mkdir(parents=True, exist_ok=True)
+    draw_version_heatmaps(heatmaps, workdir / FIDELITY_HEATMAP_PNG)
+    draw_reward_curves({p: [r["rewards"] for r in runs[p]] for p in policies}, workdir / FIDELITY_REWARD_PNG)
+    held_out = any_config.data.generate_eval
+    schedulers = {}
+    for policy in policies:
+        after = [r["summary"]["accuracy_after"] for r in runs[policy]]
+        schedulers[policy] = {
+            "accuracy_after_per_seed": after,
+            "accuracy_after_mean": round(statistics.fmean(after), 4),
+            "accuracy_after_seed_spread": round(max(after) - min(after), 4),
+            "gain_over_control_per_seed": [r["summary"]["gain_over_control"] for r in runs[policy]],
+            "reward_last5_mean_per_seed": [round(statistics.fmean(v for _, v in r["rewards"][-5:]), 4)
+                                           for r in runs[policy]],
+            "train_wall_s_per_seed": [r["summary"]["train_wall_s"] for r in runs[policy]],
+            "trajectories_discarded_per_seed": [r["summary"]["trajectories_discarded"] for r in runs[policy]],
+            "version_span_heatmap": heatmaps[policy],
+            "long_tail_discard_rate": heatmaps[policy]["long_tail_discard_rate"],
+            "reward_per_step": [r["rewards"] for r in runs[policy]],
+            "evaluations": [{"seed": r["seed"], "before": r["summary"]["before"], "after": r["summary"]["after"]}
+                            for r in runs[policy]],
+        }
+    p = statistics.fmean(a for s in schedulers.values() for a in s["accuracy_after_per_seed"])
+    return {"headline": "/".join(HEADLINE), "seeds": list(configs), "held_out_problems": held_out,
+            "binomial_standard_error": round(math.sqrt(p * (1 - p) / held_out), 4) if held_out else None,
+            "schedulers": schedulers,
+            "figures": [str(workdir / FIDELITY_HEATMAP_PNG), str(workdir / FIDELITY_REWARD_PNG)]}
+
+
+def _table(report: dict) -> str:
+    lines = [f"{'scheduler':16s} {'after RL per seed':22s} {'gain per seed':20s} {'longest 5% discarded':>20s}"]
+    for name, s in report["schedulers"].items():
+        lines.append(f"{name:16s} {', '.join(f'{a:.3f}' for a in s['accuracy_after_per_seed']):22s} "
+                     f"{', '.join(f'{g:+.3f}' for g in s['gain_over_control_per_seed']):20s} "
+                     f"{s['long_tail_discard_rate']:>20.1%}")
+    lines.append(f"held-out binomial standard error {report['binomial_standard_error']}; figures {report['figures']}")
+    return "\n".join(lines)

@@ -1,0 +1,108 @@
+"""Held-out evaluation of a model directory: one greedy rollout and `samples` sampled ones
+(at the rollout temperature) per prompt through the environment's agent loop, on our engine
+in this process. Each episode is scored by the environment's reward (the graded form) and
+by any extra scorers (the right answer in any form, say), overall and per value of a row
+field (problems with and without a transient tool error, say).
+
+Each sampled turn draws from its own stream, seeded by `seed`, the rollout and the turn's
+context length (the engine offsets it by the position in the output): the figures do not
+depend on how the engine happened to batch, the same model, prompts and seed give the
+same figures, and two models compared on one seed see the same draws."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from venusrl.config import Config
+from venusrl.engine.async_engine import AsyncEngine
+from venusrl.engine.engine import Engine
+from venusrl.env.base import Episode
+from venusrl.env.registry import environment_factory
+from venusrl.model.chat import load_tokenizer
+from venusrl.model.checkpoint import load_model
+from venusrl.rollout.agent_loop import GenerateFn, run_agent_loop
+from venusrl.rollout.generate import engine_generate
+from venusrl.types import Prompt
+
+Scorer = Callable[[Episode], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredEpisode:
+    prompt_id: str
+    decoding: str  # "greedy" or "sampled"
+    group: str  # the value of the breakdown field, as text ("" without one)
+    scores: dict[str, float]  # "graded" (the reward) and one per extra scorer
+    turns: int
+
+
+def evaluate_model(model_dir: Path, config: Config, prompts: list[Prompt], *, samples: int = 1, seed: int = 0,
+                   scorers: dict[str, Scorer] | None = None, breakdown: str | None = None) -> dict[str, Any]:
+    """Accuracy per decoding ("greedy", "sampled") and score ("graded", then `scorers`), and
+    the same per value of the row field `breakdown`: {"greedy": {"graded": 0.5, ...},
+    "sampled": {...}, "by_<breakdown>": {"<value>": {"greedy": {...}, ...}}, "prompts": N}."""
+    if not prompts:
+        raise ValueError("evaluation needs at least one held-out prompt")
+    episodes = asyncio.run(_rollouts(model_dir, config, prompts, samples, seed, scorers or {}, breakdown))
+    result: dict[str, Any] = {**_accuracies(episodes), "prompts": len(prompts), "sampled_per_prompt": samples,
+                              "seed": seed, "mean_turns": sum(e.turns for e in episodes) / len(episodes)}
+    if breakdown is not None:
+        groups = sorted({e.group for e in episodes})
+        result[f"by_{breakdown}"] = {g: {**_accuracies([e for e in episodes if e.group == g]),
+                                         "prompts": sum(e.group == g and e.decoding == "greedy" for e in episodes)}
+                                     for g in groups}
+    return result
+
+
+def _seeded(generate: GenerateFn, seed: int) -> GenerateFn:
+    async def seeded(prompt_ids, sampling, trajectory_id):
+        turn_seed = zlib.crc32(f"{seed}/{trajectory_id}/{len(prompt_ids)}".encode())
+        return await generate(prompt_ids, dataclasses.replace(sampling, seed=turn_seed), trajectory_id)
+
+    return seeded
+
+
+def _accuracies(episodes: list[ScoredEpisode]) -> dict[str, dict[str, float]]:
+    out: dict[str, dict[str, float]] = {}
+    for decoding in ("greedy", "sampled"):
+        chosen = [e for e in episodes if e.decoding == decoding]
+        if chosen:
+            out[decoding] = {name: round(sum(e.scores[name] for e in chosen) / len(chosen), 4)
+                             for name in chosen[0].scores}
+    return out
+
+
+async def _rollouts(model_dir: Path, config: Config, prompts: list[Prompt], samples: int, seed: int,
+                    scorers: dict[str, Scorer], breakdown: str | None) -> list[ScoredEpisode]:
+    env_factory = environment_factory(config.rollout.environment)
+    if env_factory.needs_sandbox:
+        raise ValueError(f"rollout.environment {config.rollout.environment!r}: held-out evaluation here runs "
+                         "environments without a sandbox")
+    tokenizer = load_tokenizer(model_dir)
+    engine = AsyncEngine(Engine(load_model(model_dir, config.model.dtype, config.model.device), config.engine,
+                                tokenizer))
+    generate = _seeded(engine_generate(engine), seed)
+    greedy = config.rollout.model_copy(update={"temperature": 0.0})
+
+    async def one(prompt: Prompt, decoding: str, index: int) -> ScoredEpisode:
+        key = f"eval-{decoding}-{prompt.id}-{index}"
+        row = prompt.row()
+        rollout = await run_agent_loop(env_factory(), row, generate, tokenizer,
+                                       greedy if decoding == "greedy" else config.rollout, key)
+        engine.call(lambda e: e.release_trajectory(key))
+        episode = Episode(row, rollout.messages, rollout.finish_reason)
+        scores = {"graded": rollout.reward, **{name: float(score(episode)) for name, score in scorers.items()}}
+        group = str(row.get(breakdown, "")) if breakdown is not None else ""
+        return ScoredEpisode(prompt.id, decoding, group, scores, len(rollout.turns))
+
+    jobs = [one(p, "greedy", 0) for p in prompts] + [one(p, "sampled", i) for p in prompts for i in range(samples)]
+    try:
+        return list(await asyncio.gather(*jobs))
+    finally:
+        await engine.shutdown()
