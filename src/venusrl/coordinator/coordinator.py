@@ -38,6 +38,7 @@ class CoordinatorCounts:
     trained: int = 0  # groups consumed by weight steps
     dropped: int = 0  # groups given up
     discarded: int = 0  # trajectory attempts discarded (stale or failed)
+    discarded_tokens: int = 0  # tokens those attempts had generated (in finished turns)
 
 
 class DataCoordinator:
@@ -419,6 +420,7 @@ class DataCoordinator:
         t.status = TrajectoryStatus.DISCARDED
         out.discarded.append(t.id)
         self.counts.discarded += 1
+        self.counts.discarded_tokens += t.generated_tokens
         group = self._running[t.group_id]
         if t.attempt >= self.config.max_reruns:
             self._drop(group, out, f"trajectory {t.id} (slot {t.index}) {reason}, attempt {t.attempt + 1}")
@@ -433,6 +435,7 @@ class DataCoordinator:
                 self._forget(t)
                 t.status = TrajectoryStatus.DISCARDED
                 self.counts.discarded += 1
+                self.counts.discarded_tokens += t.generated_tokens
                 if t in out.start:  # handed out by this same event: take the order back
                     out.start.remove(t)
                 else:

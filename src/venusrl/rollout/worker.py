@@ -52,6 +52,24 @@ class TurnResult:
     preemptions: int = 0
 
 
+@dataclass(slots=True)
+class TokenCounts:
+    """Generated tokens by what became of them, as the worker saw them: `kept` joined a
+    turn (across preemptions), `cancelled` were delivered to a turn that was then cancelled
+    (its trajectory discarded, or the run stopped). Tokens an engine sampled beyond these
+    were sampled for an aborted request and never delivered."""
+
+    kept: int = 0
+    cancelled: int = 0
+
+
+@dataclass(slots=True)
+class _Latest:
+    """The newest output of an engine request, readable after the wait for it is cancelled."""
+
+    output: RequestOutput | None = None
+
+
 class RolloutWorker:
     def __init__(
         self,
@@ -78,6 +96,7 @@ class RolloutWorker:
         self.preemptions = 0
         self.predictions = 0
         self.migrations = 0
+        self.tokens = TokenCounts()
         self.predictor = predictor
         self.sandboxes = sandboxes
         self.on_ready = on_ready
@@ -125,13 +144,16 @@ class RolloutWorker:
 
     # ---- length predictions (off the critical path) ------------------------------------------
 
-    def _predict(self, trajectory_id: int) -> None:
-        """Ask for a prediction at a turn boundary; the answer arrives through the poller."""
+    def _predict(self, trajectory_id: int, observation_ids: list[int]) -> None:
+        """Ask for a prediction at a turn boundary, with the observation the turn starts
+        from (the tool's output: test results, errors); the answer arrives through the
+        poller."""
         trajectory = self.coordinator.trajectory(trajectory_id)
         group = self.coordinator.group(trajectory.group_id) if trajectory is not None else None
         if self.predictor is None or group is None:
             return
-        query = query_from_trajectory(trajectory, group)
+        observation = self.tokenizer.decode(observation_ids, skip_special_tokens=True) if trajectory.turns else ""
+        query = query_from_trajectory(trajectory, group, last_observation=observation)
         self._queries.setdefault(trajectory_id, []).append(query)
         self.predictor.submit(query)
 
@@ -260,10 +282,16 @@ class RolloutWorker:
             remaining = replace(sampling, max_new_tokens=sampling.max_new_tokens - len(turn.output_ids))
             engine = self.engines[self._engine_of[trajectory_id]]
             stream = engine.generate(prompt_ids + turn.output_ids, remaining, self._priority(trajectory_id), key)
-            last = await _until_done_or(stream, preempt)
+            latest = _Latest()
+            try:
+                last = await _until_done_or(stream, preempt, latest)
+            except asyncio.CancelledError:
+                self.tokens.cancelled += len(latest.output.output_ids) if latest.output else 0
+                raise
             del self._preempt[trajectory_id]
             self._release(trajectory_id, finished=False)
             if last is not None:
+                self.tokens.kept += len(last.output_ids)
                 turn.output_ids += last.output_ids
                 turn.logprobs += last.logprobs
                 turn.weight_versions += last.weight_versions
@@ -342,9 +370,11 @@ async def _kill_quietly(sandbox: AsyncSandbox, trajectory_id: int) -> None:
         log.info("sandbox %s of trajectory %d: kill failed (%s)", sandbox.sandbox_id, trajectory_id, err)
 
 
-async def _until_done_or(stream: AsyncIterator[RequestOutput], preempt: asyncio.Event) -> RequestOutput | None:
+async def _until_done_or(stream: AsyncIterator[RequestOutput], preempt: asyncio.Event,
+                         latest: _Latest) -> RequestOutput | None:
     """The last output of the stream, or, once `preempt` is set, the last one seen so far
-    (leaving the stream aborts the engine request; its KV stays cached for the resume)."""
+    (leaving the stream aborts the engine request; its KV stays cached for the resume).
+    `latest` holds the newest output seen, for a caller cancelled meanwhile."""
     last = None
     iterator = aiter(stream)
     while True:
@@ -359,7 +389,7 @@ async def _until_done_or(stream: AsyncIterator[RequestOutput], preempt: asyncio.
                 await asyncio.gather(next_output, return_exceptions=True)
         if next_output in done:
             try:
-                last = next_output.result()
+                last = latest.output = next_output.result()
             except StopAsyncIteration:
                 return last
             if last.finished:
@@ -379,7 +409,7 @@ class _CoordinatorReport:
     def turn_started(self, context_ids: list[int]) -> None:
         coordinator = self.worker.coordinator
         self.worker._apply(coordinator.on_turn_start(self.trajectory_id, self.worker.clock(), context_ids))
-        self.worker._predict(self.trajectory_id)
+        self.worker._predict(self.trajectory_id, context_ids)
 
     def turn_ended(self, output: TurnOutput, tool_call: bool) -> None:
         version = max(output.weight_versions, default=self.worker.coordinator.weight_version)
