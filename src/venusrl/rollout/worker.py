@@ -33,7 +33,7 @@ from venusrl.model.chat import ChatTokenizer
 from venusrl.rollout.agent_loop import TurnOutput, run_agent_loop
 from venusrl.rollout.config import RolloutConfig
 from venusrl.rollout.orchestrator import choose_moves
-from venusrl.rollout.slots import SlotMode, SlotScheduler
+from venusrl.rollout.slots import SlotMode, SlotScheduler, steal_candidate
 from venusrl.sandbox.api import AsyncSandbox
 from venusrl.sandbox.controller import SandboxController
 from venusrl.types import Group, Priority, Prompt, SamplingParams, Trajectory
@@ -105,6 +105,7 @@ class RolloutWorker:
         self._tasks: dict[int, asyncio.Task] = {}
         self._grants: dict[int, asyncio.Event] = {}
         self._preempt: dict[int, asyncio.Event] = {}
+        self._moving: dict[int, asyncio.Task] = {}  # trajectories on their way to an idle engine
 
     async def run(self, groups: int | None = None, stop: asyncio.Event | None = None) -> list[Group]:
         """Run until `groups` groups are ready, `stop` is set, or nothing is left to run: with
@@ -122,7 +123,7 @@ class RolloutWorker:
                 await asyncio.wait([changed, *([stopped] if stopped else [])], return_when=asyncio.FIRST_COMPLETED)
                 changed.cancel()
         finally:
-            leftover = [*self._tasks.values(), *background, *([stopped] if stopped else [])]
+            leftover = [*self._tasks.values(), *self._moving.values(), *background, *([stopped] if stopped else [])]
             for task in leftover:  # trajectories past the batch, the pollers
                 task.cancel()
             await asyncio.gather(*leftover, return_exceptions=True)
@@ -216,9 +217,24 @@ class RolloutWorker:
             for move in choose_moves(pressure, capacity, waiting, self.config.orchestration_threshold):
                 await self._move(move.request, move.source, move.target)
 
+    def _steal_for(self, target: int) -> None:
+        """An engine whose slots would idle takes a turn queued on another (`steal_candidate`);
+        venus only, like orchestration."""
+        if self.mode != "priority" or len(self.engines) < 2:
+            return
+        choice = steal_candidate(self.slots, target, excluded=self._moving)
+        if choice is not None:
+            source, trajectory_id = choice
+            task = asyncio.create_task(self._move(trajectory_id, source, target))
+            self._moving[trajectory_id] = task
+            task.add_done_callback(lambda _, tid=trajectory_id: self._moving.pop(tid, None))
+
     async def _move(self, trajectory_id: int, source: int, target: int) -> None:
         """Move a trajectory waiting for a slot on `source` to `target`, with its prefix KV."""
-        token_ids = list(self.coordinator.trajectory(trajectory_id).token_ids)
+        trajectory = self.coordinator.trajectory(trajectory_id)
+        if trajectory is None:
+            return  # finished or discarded meanwhile
+        token_ids = list(trajectory.token_ids)
         key = str(trajectory_id)
         exported, kv = await self.engines[source].acall(lambda e: e.export_prefix(token_ids))
         if trajectory_id not in self.slots[source].waiting or self._engine_of.get(trajectory_id) != source:
@@ -322,6 +338,8 @@ class RolloutWorker:
             if granted:
                 return
             event = self._grants.setdefault(trajectory_id, asyncio.Event())
+            for other in range(len(self.slots)):  # queued here while an engine idles: move there
+                self._steal_for(other)
             await event.wait()
             self._grants.pop(trajectory_id, None)
 
@@ -337,8 +355,10 @@ class RolloutWorker:
             slots.set_priority(other, Priority.LOW if paused else self._priority(other))
 
     def _release(self, trajectory_id: int, finished: bool) -> None:
-        for granted in self.slots[self._engine_of[trajectory_id]].release(trajectory_id, finished):
+        index = self._engine_of[trajectory_id]
+        for granted in self.slots[index].release(trajectory_id, finished):
             self._grants.setdefault(granted, asyncio.Event()).set()
+        self._steal_for(index)
 
 
 async def next_ready(ready: asyncio.Queue[Group], running: asyncio.Task) -> Group | None:
