@@ -83,9 +83,10 @@ class RolloutCase:
     tool_latency_mean_s: float  # exponential
     max_turns: int
     steps: int  # N: optimizer steps per round
-    repeats: int = 1
+    repeats: int = 1  # of the headline trainer factor
     trainer_factors: tuple[float, ...] = (0.0, 0.5, 1.0)  # trainer step time / T_batch
     headline_factor: float = 0.5
+    other_factor_repeats: int = 1  # of each other trainer factor
     max_version_span: int = 2
     gradient_fraction: float = 0.75
     seed: int = 0
@@ -298,7 +299,7 @@ QUICK = RolloutCase(batch_groups=4, group_size=4, async_factor=1.5, engines=2, s
                     trainer_factors=(0.5,))
 FULL = RolloutCase(batch_groups=8, group_size=4, async_factor=1.5, engines=2, slots_per_engine=3,
                    kv_tokens_per_engine=4500, tokens_per_turn=16, tool_latency_mean_s=0.1, max_turns=8, steps=8,
-                   repeats=3)
+                   repeats=3, other_factor_repeats=1)
 
 
 def run(quick: bool, trace: bool = False, case: RolloutCase | None = None) -> dict[str, Any]:
@@ -320,7 +321,9 @@ def run(quick: bool, trace: bool = False, case: RolloutCase | None = None) -> di
     recorders: list[RecordingPredictor] = []
     with tempfile.TemporaryDirectory() as tmp, Progress() as progress:
         model_dir = make_tiny_model(Path(tmp) / "model", seed=1)
-        task = progress.add_task("rollout bench", total=1 + len(MODES) * len(case.trainer_factors) * case.repeats)
+        rounds = sum(case.repeats if f == case.headline_factor else min(case.repeats, case.other_factor_repeats)
+                     for f in case.trainer_factors)
+        task = progress.add_task("rollout bench", total=1 + len(MODES) * rounds)
         batch_s, train_examples = _calibrate(model_dir, case)
         progress.advance(task)
         predictor_path = Path(tmp) / "predictor.pkl"
@@ -332,6 +335,8 @@ def run(quick: bool, trace: bool = False, case: RolloutCase | None = None) -> di
         for repeat in range(case.repeats):
             prompts_seed = case.seed + repeat
             for factor in case.trainer_factors:
+                if factor != case.headline_factor and repeat >= case.other_factor_repeats:
+                    continue
                 order = MODES[repeat % len(MODES):] + MODES[: repeat % len(MODES)]
                 for mode in order:
                     predictor = RecordingPredictor(make_predictor(trained)) if mode == "venus" else None
@@ -369,5 +374,32 @@ def run_case(quick: bool, **overrides: Any) -> dict[str, Any]:
     return run(quick, case=replace(QUICK if quick else FULL, **overrides))
 
 
-def main(quick: bool, json_out: Path | None) -> None:
-    emit(run(quick), json_out)
+# Slots per engine (trajectories in flight per slot: 12, 6, 3) x KV budget per engine (tight:
+# below what the window's trajectories hold, loose: all of it fits).
+SWEEP_SLOTS = (1, 2, 4)
+SWEEP_KV_TOKENS = (1500, 6000)
+
+
+def sweep() -> dict[str, Any]:
+    """The quick case at its trainer factor in every (slots, KV budget) cell, one repeat
+    each: where venus wins and where it loses."""
+    cells = []
+    for slots in SWEEP_SLOTS:
+        for kv in SWEEP_KV_TOKENS:
+            result = run_case(True, slots_per_engine=slots, kv_tokens_per_engine=kv)
+            in_flight = result["venus"]["rounds"][0]["window"] * QUICK.group_size
+            cells.append({
+                "slots_per_engine": slots, "kv_tokens_per_engine": kv,
+                "trajectories_per_slot": in_flight / (slots * QUICK.engines),
+                **{k: v for k, v in result.items() if k.startswith("end_to_end_speedup_vs_") and "_per_repeat" not in k},
+                "time_to_last_step_s": {m: result[m]["time_to_last_step_s"] for m in MODES},
+                "idle_fraction": {m: result[m]["breakdown"]["fractions"]["idle"] for m in MODES},
+                "recompute_fraction": {m: result[m]["breakdown"]["fractions"]["recompute"] for m in MODES},
+                "venus_wins": {b: result[f"end_to_end_speedup_vs_{b}"] > 1.0 for b in BASELINES},
+            })
+    return {"case": asdict(QUICK), "cells": cells,
+            "machine": "shared: one repeat per cell, so read a cell's figure with the headline's spread"}
+
+
+def main(quick: bool, json_out: Path | None, sweep_cells: bool = False) -> None:
+    emit(sweep() if sweep_cells else run(quick), json_out)
