@@ -106,6 +106,7 @@ class RolloutWorker:
         self._grants: dict[int, asyncio.Event] = {}
         self._preempt: dict[int, asyncio.Event] = {}
         self._moving: dict[int, asyncio.Task] = {}  # trajectories on their way to an idle engine
+        self._applied_policy = PriorityPolicy(0, frozenset(), frozenset())  # what _repriorise last applied
 
     async def run(self, groups: int | None = None, stop: asyncio.Event | None = None) -> list[Group]:
         """Run until `groups` groups are ready, `stop` is set, or nothing is left to run: with
@@ -190,7 +191,20 @@ class RolloutWorker:
         self._changed.set()
 
     def _repriorise(self, policy: PriorityPolicy) -> None:
-        for trajectory_id, index in self._engine_of.items():
+        """Only the trajectories whose group entered or left the HIGH set or whose promotion
+        changed (O(change), as the simulator does): a trajectory started since reads the
+        current policy when it asks for a slot. Every one of them costs a call on its engine
+        thread, between steps."""
+        old, self._applied_policy = self._applied_policy, policy
+        touched = set(policy.promoted ^ old.promoted)
+        for group_id in policy.high_groups ^ old.high_groups:
+            group = self.coordinator.group(group_id)
+            if group is not None:
+                touched.update(t.id for t in group.trajectories)
+        for trajectory_id in touched:
+            index = self._engine_of.get(trajectory_id)
+            if index is None:
+                continue
             priority = self._priority(trajectory_id, policy)
             self.slots[index].set_priority(trajectory_id, priority)
             self.engines[index].call(lambda e, key=str(trajectory_id), p=priority: e.set_priority(key, p))
@@ -328,7 +342,8 @@ class RolloutWorker:
             if trajectory_id in slots.holders:
                 return
             priority = self._priority(trajectory_id)
-            if self.mode == "priority" and priority < Priority.LOW and len(slots.holders) >= slots.slots:
+            if (self.mode == "priority" and priority < Priority.LOW and len(slots.holders) >= slots.slots
+                    and self.engines[index].engine.scheduler.counters.demotions):  # none ever: none paused
                 await self._demote_slots_of_paused(index)
                 if self._engine_of.get(trajectory_id) != index or trajectory_id in slots.holders:
                     continue  # moved or granted while the engine answered
