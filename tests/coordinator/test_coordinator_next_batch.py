@@ -42,3 +42,17 @@ def test_the_critical_count_is_what_the_next_unfilled_batch_still_needs(batch, r
     k = make_rule("length_prediction").critical_count(batch, ready)
     assert 1 <= k <= batch and (ready + k) % batch == 0
     assert make_rule("action_level").critical_count(batch, ready) == 0
+
+
+def test_a_policy_change_touches_the_trajectories_of_groups_that_changed_side():
+    coordinator, (a, b, c, d, e) = _started(2, 2.5, [10.0, 20.0, 500.0, 50.0, 90.0])
+    before = coordinator.policy
+    assert before.high_groups == {a.group_id, b.group_id}
+    coordinator.on_turn_end(a.id, now=1.0, token_ids=[1], logprobs=[-0.1], weight_version=0, tool_call=False)
+    coordinator.on_trajectory_done(a.id, now=1.0, reward=1.0)  # R = 1: b stays HIGH, one slot left
+    after = coordinator.policy
+    assert after.high_groups == {b.group_id}
+    assert coordinator.touched_by(after, before) == set()  # a's group left the running set: nothing to tell
+    coordinator.on_prediction(c.id, now=1.5, remaining_tokens=1.0, at_generated_tokens=0)  # c is now the shortest
+    assert coordinator.policy.high_groups == {c.group_id}
+    assert coordinator.touched_by(coordinator.policy, after) == {b.id, c.id}

@@ -161,6 +161,17 @@ class DataCoordinator:
         key = None if t is None else self._ranking.key(t.group_id)
         return 0.0 if key is None else -key
 
+    def touched_by(self, new: PriorityPolicy, old: PriorityPolicy) -> set[int]:
+        """Trajectories whose priority may differ under `new` from `old`: those of running
+        groups that entered or left the HIGH set, and those whose promotion changed. A
+        worker re-prioritises these (O(change), not O(live))."""
+        touched = set(new.promoted ^ old.promoted)
+        for group_id in new.high_groups ^ old.high_groups:
+            group = self._running.get(group_id)
+            if group is not None:
+                touched.update(t.id for t in group.trajectories)
+        return touched
+
     def ranked_group_ids(self) -> list[int]:
         """Unfinished groups, most urgent first."""
         return self._ranking.order()

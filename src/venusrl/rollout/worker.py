@@ -196,12 +196,7 @@ class RolloutWorker:
         current policy when it asks for a slot. Every one of them costs a call on its engine
         thread, between steps."""
         old, self._applied_policy = self._applied_policy, policy
-        touched = set(policy.promoted ^ old.promoted)
-        for group_id in policy.high_groups ^ old.high_groups:
-            group = self.coordinator.group(group_id)
-            if group is not None:
-                touched.update(t.id for t in group.trajectories)
-        for trajectory_id in touched:
+        for trajectory_id in self.coordinator.touched_by(policy, old):
             index = self._engine_of.get(trajectory_id)
             if index is None:
                 continue

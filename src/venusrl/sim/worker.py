@@ -144,13 +144,7 @@ class SimWorker:
     def _repriorise(self, policy: PriorityPolicy) -> None:
         """Only trajectories whose group or promotion changed: O(change), not O(live)."""
         old, self._policy = self._policy, policy
-        groups = policy.high_groups ^ old.high_groups
-        touched = set(policy.promoted ^ old.promoted)
-        for group_id in groups:
-            group = self.coordinator.group(group_id)
-            if group is not None:
-                touched.update(t.id for t in group.trajectories)
-        for trajectory_id in touched:
+        for trajectory_id in self.coordinator.touched_by(policy, old):
             trajectory = self.live.get(trajectory_id)
             if trajectory is None:
                 continue
