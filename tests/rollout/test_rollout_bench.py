@@ -22,7 +22,9 @@ def test_quick_rollout_bench_reports_the_end_to_end_run_of_every_mode():
         done = only["step_done_s"]
         assert len(done) == QUICK.steps and done == sorted(done) and only["time_to_last_step_s"] == done[-1]
         assert 0 < only["time_to_first_batch_s"] <= done[0]
-        assert only["weight_versions"] == [QUICK.steps] * QUICK.engines
+        assert only["weight_version"] == QUICK.steps
+        assert all(v in (QUICK.steps - 1, QUICK.steps) for v in only["engine_weight_versions"])
+        assert only["turn_weight_versions"][0] == 0 and only["turn_weight_versions"][-1] >= 1  # trained across versions
         assert only["max_version_span"] <= QUICK.max_version_span and only["max_in_flight"] <= only["window"]
         assert only["steady_step_s"] == statistics.median(b - a for a, b in zip(done, done[1:], strict=False))
         tokens = only["tokens"]
@@ -51,7 +53,8 @@ def test_a_round_steps_the_weights_with_the_trainer_in_the_loop_and_discards_pas
     trainer_s = 0.05
     figures = asyncio.run(_round(model_dir, case, "venus", trainer_s, tasks(case, 0))).figures
     done = figures["step_done_s"]
-    assert len(done) == case.steps and figures["weight_versions"] == [case.steps]
+    assert len(done) == case.steps and figures["weight_version"] == case.steps
+    assert figures["turn_weight_versions"][-1] >= 1
     assert figures["max_version_span"] == 0 and figures["max_in_flight"] <= figures["window"]
     assert all(b - a >= trainer_s * (1 - case.gradient_fraction) for a, b in zip(done, done[1:], strict=False))
     assert figures["discarded_trajectories"] > 0 and figures["tokens"]["discarded"] > 0

@@ -220,7 +220,10 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         "max_version_span": span,
         "max_in_flight": in_flight,
         "window": coordinator.window,
-        "weight_versions": [e.weight_version for e in engines],
+        "weight_version": coordinator.weight_version,
+        # as applied when the round stopped: the last push lands at an engine's next iteration
+        "engine_weight_versions": [e.weight_version for e in engines],
+        "turn_weight_versions": sorted({turn.weight_version for g in trained for t in g.trajectories for turn in t.turns}),
         "preemptions": worker.preemptions,
         "migrations": worker.migrations,
         "hit_rate": sum(s["cached_tokens"] for s in stats) / max(1, sum(s["prompt_tokens"] for s in stats)),
