@@ -1,43 +1,75 @@
 import asyncio
 import json
+import statistics
+from dataclasses import replace
 
 import pytest
 
-from venusrl.bench.rollout import MODES, QUICK, RolloutCase, _prompts, _rollout, run
+from venusrl.bench.rollout import MODES, QUICK, RolloutCase, _round, run, tasks
 from venusrl.model.tiny import make_tiny_model
 from venusrl.sim.workload import read_trace
 
+SMALL = RolloutCase(batch_groups=2, group_size=2, async_factor=1.5, engines=1, slots_per_engine=2,
+                    kv_tokens_per_engine=4000, tokens_per_turn=4, tool_latency_mean_s=0.01, max_turns=3, steps=3)
+
 
 @pytest.mark.slow
-def test_quick_rollout_bench_reports_every_mode(tmp_path):
+def test_quick_rollout_bench_reports_the_end_to_end_run_of_every_mode():
     result = run(quick=True)
-    assert set(MODES) <= set(result)
+    headline = result["by_trainer_factor"][str(QUICK.headline_factor)]
     for name in MODES:
         (only,) = result[name]["rounds"]  # QUICK runs every mode once
-        done = only["batch_done_s"]
-        assert len(done) == QUICK.steps and done == sorted(done) and only["time_to_batch_s"] == done[0] > 0
-        window = QUICK.batch_groups * (QUICK.steps - 1) / (done[-1] - done[0]) * 60
-        assert only["groups_per_minute"] == pytest.approx(window)
-        assert result[name]["time_to_batch_s"] == only["time_to_batch_s"]
-        assert result[name]["groups_per_minute"] == only["groups_per_minute"]
+        done = only["step_done_s"]
+        assert len(done) == QUICK.steps and done == sorted(done) and only["time_to_last_step_s"] == done[-1]
+        assert 0 < only["time_to_first_batch_s"] <= done[0]
+        assert only["weight_version"] == QUICK.steps
+        assert all(v in (QUICK.steps - 1, QUICK.steps) for v in only["engine_weight_versions"])
+        assert only["turn_weight_versions"][0] == 0 and only["turn_weight_versions"][-1] >= 1  # trained across versions
+        assert only["max_version_span"] <= QUICK.max_version_span and only["max_in_flight"] <= only["window"]
+        assert only["steady_step_s"] == statistics.median(b - a for a, b in zip(done, done[1:], strict=False))
+        tokens = only["tokens"]
+        assert tokens["trained"] <= tokens["sampled"] and tokens["discarded"] <= tokens["sampled"]
+        assert abs(sum(result["breakdown"][name]["fractions"].values()) - 1) < 0.01
+        assert result["steady_step_s"][name] == only["steady_step_s"]
     assert result["trajectory_level"]["rounds"][0]["preemptions"] == result["action_level"]["rounds"][0]["preemptions"] == 0
-    assert result["speedup_vs_action_level_per_repeat"] == [result["speedup_vs_action_level"]]
-    assert result["speedup_vs_action_level"] > 0 and result["window_speedup_vs_trajectory_level"] > 0
+    for baseline in ("action_level", "trajectory_level"):
+        ratio = result[baseline]["time_to_last_step_s"] / result["venus"]["time_to_last_step_s"]
+        assert result[f"end_to_end_speedup_vs_{baseline}"] == pytest.approx(ratio)
+        assert result[f"end_to_end_speedup_vs_{baseline}_per_repeat"] == [pytest.approx(ratio)]
+        assert headline[f"end_to_end_speedup_vs_{baseline}"] == result[f"end_to_end_speedup_vs_{baseline}"]
+    for kind in ("group_history", "learned"):
+        assert -1 <= result["predictor_spearman"][kind]["spearman"] <= 1
+    assert result["predictor_spearman"]["learned"]["online"]["examples"] > 0
+    assert result["calibration"]["batch_rollout_s"] > 0
     json.dumps(result)
 
 
-def test_a_round_records_its_turns_as_a_trace_the_simulator_replays(tmp_path):
-    case = RolloutCase(batch_groups=2, group_size=2, async_factor=1.0, engines=1, slots_per_engine=2,
-                       kv_tokens_per_engine=4000, tokens_per_turn=4, tool_latency_mean_s=0.01, max_turns=2, steps=2)
+def test_a_round_steps_the_weights_with_the_trainer_in_the_loop_and_discards_past_the_span(tmp_path):
+    """Span 0: a trajectory still running when the weights step is discarded and re-run
+    (the window holds more groups than a batch, and long tasks, so some are); every trained
+    one ran under one version. The trainer takes its time after each batch."""
     model_dir = make_tiny_model(tmp_path / "model", layers=1)
-    result = asyncio.run(_rollout(model_dir, case, "action_level", trace=True))
+    case = replace(SMALL, max_version_span=0, async_factor=2.5, max_turns=6)
+    trainer_s = 0.05
+    figures = asyncio.run(_round(model_dir, case, "venus", trainer_s, tasks(case, 0))).figures
+    done = figures["step_done_s"]
+    assert len(done) == case.steps and figures["weight_version"] == case.steps
+    assert figures["turn_weight_versions"][-1] >= 1
+    assert figures["max_version_span"] == 0 and figures["max_in_flight"] <= figures["window"]
+    assert all(b - a >= trainer_s * (1 - case.gradient_fraction) for a, b in zip(done, done[1:], strict=False))
+    assert figures["discarded_trajectories"] > 0 and figures["tokens"]["discarded"] > 0
+
+
+def test_a_round_records_its_turns_as_a_trace_the_simulator_replays(tmp_path):
+    model_dir = make_tiny_model(tmp_path / "model", layers=1)
+    prompts = tasks(SMALL, 0)
+    result = asyncio.run(_round(model_dir, SMALL, "action_level", 0.0, prompts, trace=True)).figures
     path = tmp_path / "trace.jsonl"
     path.write_text("\n".join(json.dumps(row) for row in result["trace"]))
     groups = read_trace(path)
-    prompts = [p.id for p in _prompts(case, 4)]
-    assert [row["prompt"] for row in result["trace"]][0] == prompts[0]  # the dataset's order
+    assert result["trace"][0]["prompt"] == prompts[0].id  # the dataset's order
     assert len(groups[0]) == len(groups[1]) == 2  # the first batch: both groups, done
     for plan in (*groups[0], *groups[1]):
         assert plan.prompt_tokens > plan.shared_prompt_tokens > 0  # the system prompt and tools are shared
-        assert len(plan.turns) >= 1 and all(1 <= t.gen_tokens <= case.tokens_per_turn for t in plan.turns)
-    assert "trace" not in asyncio.run(_rollout(model_dir, case, "action_level"))
+        assert len(plan.turns) >= 1 and all(1 <= t.gen_tokens <= SMALL.tokens_per_turn for t in plan.turns)
+    assert "trace" not in asyncio.run(_round(model_dir, SMALL, "action_level", 0.0, tasks(SMALL, 0))).figures

@@ -71,10 +71,24 @@ def test_high_preempts_low_and_low_resumes_to_the_same_tokens(tiny_model_dir):
 
     async def main():
         async_engine = AsyncEngine(engine)
+        low_generating = asyncio.Event()  # the LOW turn has tokens out of the engine
+        generate = async_engine.generate
+
+        async def observed(prompt_ids, sampling, priority=None, trajectory_id=None):
+            stream = generate(prompt_ids, sampling, priority, trajectory_id)
+            try:
+                async for output in stream:
+                    if trajectory_id == "1" and len(output.output_ids) >= 8:
+                        low_generating.set()
+                    yield output
+            finally:
+                await stream.aclose()
+
+        async_engine.generate = observed
         try:
             worker = one_slot_worker(engine, async_engine, lambda t: Priority.LOW if t == 1 else Priority.HIGH)
             low = asyncio.create_task(worker._generate(low_prompt, long, "1"))
-            await asyncio.sleep(0.2)
+            await low_generating.wait()
             high = await worker._generate(high_prompt, short, "2")
             return await low, high, worker
         finally:

@@ -57,10 +57,12 @@ def bench_scheduler(
 
 @bench_app.command("rollout")
 def bench_rollout(
-    quick: Annotated[bool, typer.Option("--quick", help="B=4 instead of 8")] = False,
+    quick: Annotated[bool, typer.Option("--quick", help="B=4, N=4 steps, one repeat, trainer 0.5x (minutes)")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+    sweep: Annotated[bool, typer.Option("--sweep", help="the quick case over 3 slot counts x 2 KV budgets instead")] = False,
 ) -> None:
-    """Time until B groups are ready: trajectory-level vs action-level vs venusrl scheduling."""
+    """Time to N training steps with the trainer in the loop: trajectory-level vs
+    action-level vs venus scheduling, the engine-time breakdown and predictor accuracy."""
     from venusrl.bench.rollout import main
 
-    main(quick, json_out)
+    main(quick, json_out, sweep)

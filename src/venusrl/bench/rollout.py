@@ -1,36 +1,44 @@
-"""`venusrl bench rollout`: time until B groups are ready, for trajectory-level slots
-(slime), action-level slots (ROLL Flash) and venusrl's priority scheduling, on two engines
-with the tiny model.
+"""`venusrl bench rollout`: how long N training steps take with the trainer in the loop,
+for trajectory-level slots (slime), action-level slots (ROLL Flash) and venus, on two
+engines with the tiny model.
 
-The workload: calculator problems whose difficulty (number of operations, 1 to 8: one turn
-each) is shared by the group; after every model turn the environment answers after a tool
-latency drawn from an exponential distribution (mean stated in the output), as a tool or a
-user simulator would. The random tiny model's text is not the point: its turns cost real
-forward passes and real KV. The full case's KV budget (4,500 tokens per engine) is below
-what the window's trajectories hold at once, so engines evict and the baselines recompute.
+The workload (`bench.workload`): agent tasks whose latent difficulty sets the number of
+turns of each trajectory; the prompt shows it only as a noisy hint; the environment
+answers every turn after an exponential tool latency. Each mode runs as its real
+counterpart: the baselines on SGLang's LRU radix cache with no priority, venus with the
+coordinator's default policy (`scheduler.policy: venus`), its learned length predictor,
+tiered KV residency, demotion and orchestration.
 
-Timings on a shared 2-core machine swing by about ±25% from run to run, so the full case runs
-every mode `repeats` times, interleaved, on a different set of problems each repeat (every
-mode gets the same problems and the same tool latencies within a repeat), and reports the
-medians; `speedup_vs_*_per_repeat` gives the paired ratios.
+The trainer: a streaming trainer whose time per step is `factor` x T_batch, T_batch being
+the measured mean rollout time of one batch (time to N batches / N, action_level, instant
+trainer, in an untimed calibration round over other tasks). Of a step's time,
+`gradient_fraction` is the gradients, computed per group as groups arrive (one group at a
+time); the rest is the optimizer step and weight push after the B-th group. Then every
+engine loads the weights as version v+1 (its cached KV is dropped, as SGLang does), the
+coordinator retires the trained groups and refills the window. Rollout never runs more
+than ceil(async_factor x B) groups ahead, a trajectory spanning more than
+`max_version_span` versions is discarded and re-run, one at its last admissible version
+is promoted: both are checked and counted.
 
-venus ranks groups by predicted length. Its `learned` predictor is trained the way a run
-trains it, on finished trajectories: those of one untimed round over other problems (a
-previous step's rollouts), so the timed round starts with a predictor that has seen the
-workload but not these prompts. It is then loaded for the timed round and refit only between
-rounds: on 2 cores a refit during the round would take CPU from the engines (a cluster refits
-on the coordinator's own cores). The baselines use no prediction.
+Timings on the shared 2-core machine swing by about +-25% from run to run, so modes are
+interleaved within each repeat (rotating which goes first), every mode of a repeat meets
+the same tasks and the same draws, and each speedup is the median of the per-repeat
+paired ratios, reported with their minimum and maximum.
+
+Predictors: the calibration round's trajectories (other tasks) train them; each is scored
+by Spearman's rho of predicted against true remaining tokens at every turn boundary of
+venus's timed rounds (tasks none of them saw); `learned` also online, on the predictions
+venus actually used.
 """
 
 from __future__ import annotations
 
 import asyncio
-import random
 import statistics
 import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -38,18 +46,27 @@ from typing import Any
 import torch
 from rich.progress import Progress
 
+from venusrl.bench.breakdown import StepLog, breakdown
 from venusrl.bench.report import emit
+from venusrl.bench.workload import HINT_NOISE, TURNS_EASY, TURNS_SIGMA, AgentTaskEnv, make_tasks
 from venusrl.coordinator.config import CoordinatorConfig, PredictorConfig
 from venusrl.coordinator.coordinator import DataCoordinator
-from venusrl.coordinator.predictors import BackgroundPredictor, make_predictor
+from venusrl.coordinator.predictors import (
+    BackgroundPredictor,
+    Example,
+    GroupHistoryPredictor,
+    make_predictor,
+)
+from venusrl.coordinator.predictors.evaluate import accuracy
 from venusrl.engine.async_engine import AsyncEngine
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
-from venusrl.env.base import Environment, Episode, StepResult
-from venusrl.env.calculator import CALCULATE_TOOL, SYSTEM_PROMPT, generate_dataset
 from venusrl.model.tiny import make_tiny_model
 from venusrl.rollout.config import RolloutConfig
+from venusrl.rollout.slots import SlotMode
 from venusrl.rollout.worker import RolloutWorker, next_ready
+from venusrl.sim.cost_model import StepSample, fit
+from venusrl.sim.trainer import StreamingTrainerClock
 from venusrl.sim.workload import recorded_trace
 from venusrl.types import Prompt
 
@@ -65,162 +82,336 @@ class RolloutCase:
     tokens_per_turn: int
     tool_latency_mean_s: float  # exponential
     max_turns: int
-    steps: int  # batches rolled out: the first gives the time to B groups, the rest the window
-    repeats: int = 1  # rounds of every mode, interleaved; the figures are the medians
+    steps: int  # N: optimizer steps per round
+    repeats: int = 1  # of the headline trainer factor
+    trainer_factors: tuple[float, ...] = (0.0, 0.5, 1.0)  # trainer step time / T_batch
+    headline_factor: float = 0.5
+    other_factor_repeats: int = 1  # of each other trainer factor
+    max_version_span: int = 2
+    gradient_fraction: float = 0.75
     seed: int = 0
 
 
-class WorkloadEnv(Environment):
-    """Answers every turn (tool call or not) after a random latency until the prompt's turns
-    are used up. `turns` is the prompt's difficulty.
+@dataclass(slots=True, frozen=True)
+class ModeSetup:
+    """A scheduling mode as its real counterpart runs it."""
 
-    The n-th episode of a prompt in a round (`resets`, shared by the round's environments)
-    draws its latencies from the seed (prompt, n), so every mode meets the same draws."""
-
-    continues_without_tool_call = True
-    required_fields = ("turns", "latency_mean_s")
-
-    def __init__(self, resets: Counter[str]) -> None:
-        self.resets = resets
-        self.rng = random.Random()
-        self.turns_left = 0
-        self.latency_mean_s = 0.0
-
-    async def reset(self, row: dict[str, Any], sandbox: Any = None):
-        self.check_row(row)
-        self.rng.seed(f"{row['id']}-{self.resets[row['id']]}")
-        self.resets[row["id"]] += 1
-        self.turns_left, self.latency_mean_s = row["turns"], row["latency_mean_s"]
-        return [{"role": "system", "content": SYSTEM_PROMPT}, *row["messages"]], [CALCULATE_TOOL]
-
-    async def _after_latency(self, messages: list[dict[str, Any]]) -> StepResult:
-        await asyncio.sleep(self.rng.expovariate(1.0 / self.latency_mean_s))
-        self.turns_left -= 1
-        return StepResult(messages, done=self.turns_left <= 0)
-
-    async def step(self, tool_calls):
-        return await self._after_latency([{"role": "tool", "tool_call_id": c["id"], "content": "42"} for c in tool_calls])
-
-    async def respond(self):
-        return await self._after_latency([{"role": "user", "content": "Go on."}])
-
-    def reward(self, episode: Episode) -> float:
-        return 0.0
+    slot_mode: SlotMode
+    policy: str
+    cache_policy: str
+    demotion: bool
 
 
-def _prompts(case: RolloutCase, count: int, seed: int | None = None) -> list[Prompt]:
-    rows = generate_dataset(count, seed=case.seed if seed is None else seed, max_steps=case.max_turns)
-    return [Prompt(id=row["id"], messages=({"role": "user", "content": row["question"]},),
-                   metadata={**row, "turns": row["steps"], "latency_mean_s": case.tool_latency_mean_s})
-            for row in rows]
+VENUS_POLICY = CoordinatorConfig.model_fields["policy"].default  # what `scheduler.policy: venus` ranks with
+SETUPS = {
+    "trajectory_level": ModeSetup("trajectory_level", "action_level", "lru", demotion=False),
+    "action_level": ModeSetup("action_level", "action_level", "lru", demotion=False),
+    "venus": ModeSetup("priority", VENUS_POLICY, "tiers", demotion=True),
+}
+MODES = tuple(SETUPS)
+BASELINES = ("action_level", "trajectory_level")
 
 
-async def _rollout(model_dir: Path, case: RolloutCase, mode: str, predictor: BackgroundPredictor | None = None,
-                   seed: int | None = None, trace: bool = False) -> dict[str, Any]:
-    """Roll out `case.steps` batches of B groups as a run does: each time B groups are ready an
-    (instant) trainer takes them and steps the weight version, which retires them and refills
-    the window. Time to the first batch, and groups per minute over the later ones; with
-    `trace`, every turn of the round as simulator trace rows (`venusrl.sim.workload`)."""
-    engines = [Engine.from_pretrained(model_dir, EngineConfig(kv_capacity_tokens=case.kv_tokens_per_engine, page_size=1))
-               for _ in range(case.engines)]
+class RecordingPredictor(BackgroundPredictor):
+    """A background predictor that also keeps the examples it learned from and the
+    predictions it made (keyed by trajectory and tokens generated), for the accuracy figures."""
+
+    def __init__(self, predictor) -> None:
+        super().__init__(predictor)
+        self.examples: list[Example] = []
+        self.predicted: dict[tuple[int, int], float] = {}
+
+    def observe(self, examples) -> None:
+        self.examples.extend(examples)
+        super().observe(examples)
+
+    def poll(self):
+        results = super().poll()
+        for r in results:
+            self.predicted[(r.trajectory_id, r.at_generated_tokens)] = r.remaining_tokens
+        return results
+
+
+def tasks(case: RolloutCase, seed: int) -> list[Prompt]:
+    """Enough tasks for a round: N batches, the window and spare."""
+    return make_tasks((case.steps + 2) * case.batch_groups, seed, case.max_turns, case.tool_latency_mean_s)
+
+
+@dataclass(slots=True)
+class Round:
+    """One measured round: its figures (JSON) and its engine steps (for the breakdown)."""
+
+    figures: dict[str, Any]
+    samples: list[StepSample]
+
+
+async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float, prompts: list[Prompt],
+                 predictor: BackgroundPredictor | None = None, trace: bool = False) -> Round:
+    """N training steps of `mode` with a trainer taking `trainer_s` per step."""
+    setup = SETUPS[mode]
+    engine_config = EngineConfig(kv_capacity_tokens=case.kv_tokens_per_engine, page_size=1,
+                                 cache_policy=setup.cache_policy, demotion=setup.demotion)
+    engines = [Engine.from_pretrained(model_dir, engine_config) for _ in range(case.engines)]
+    logs = [StepLog(e) for e in engines]
+    weights = {name: t.detach().clone() for name, t in engines[0].runner.model.state_dict().items()}
     async_engines = [AsyncEngine(e) for e in engines]
-    policy = "length_prediction" if mode == "priority" else "fcfs"
-    coordinator = DataCoordinator(
-        CoordinatorConfig(group_size=case.group_size, batch_groups=case.batch_groups, async_factor=case.async_factor,
-                          policy=policy, prior_tool_seconds=case.tool_latency_mean_s),
-        _prompts(case, (case.steps + 2) * case.batch_groups, seed),
-    )
-    config = RolloutConfig(max_turns=case.max_turns + 1, max_new_tokens_per_turn=case.tokens_per_turn, temperature=1.0)
+    config = CoordinatorConfig(group_size=case.group_size, batch_groups=case.batch_groups,
+                               async_factor=case.async_factor, max_version_span=case.max_version_span,
+                               policy=setup.policy, prior_tool_seconds=case.tool_latency_mean_s,
+                               prior_tokens_per_turn=case.tokens_per_turn)
+    coordinator = DataCoordinator(config, prompts)
+    rollout = RolloutConfig(max_turns=case.max_turns + 1, max_new_tokens_per_turn=case.tokens_per_turn, temperature=1.0)
     ready: asyncio.Queue = asyncio.Queue()
-    worker = RolloutWorker(coordinator, async_engines, engines[0].tokenizer, partial(WorkloadEnv, Counter()), config,
-                           slots=case.slots_per_engine, mode=mode, predictor=predictor, on_ready=ready.put_nowait)
+    worker = RolloutWorker(coordinator, async_engines, engines[0].tokenizer, partial(AgentTaskEnv, Counter()), rollout,
+                           slots=case.slots_per_engine, mode=setup.slot_mode, predictor=predictor,
+                           on_ready=ready.put_nowait)
+    trainer = StreamingTrainerClock(case.batch_groups)
+    gradient_s = trainer_s * case.gradient_fraction / case.batch_groups
+    optimizer_s = trainer_s * (1 - case.gradient_fraction)
     stop = asyncio.Event()
     started = time.perf_counter()
     running = asyncio.create_task(worker.run(stop=stop))
-    batch_done, taken = [], []
+    first_batch, step_done, trained, in_flight = None, [], [], 0
     try:
         for version in range(1, case.steps + 1):
-            for _ in range(case.batch_groups):
+            done_at = None
+            while done_at is None:
                 group = await next_ready(ready, running)
                 if group is None:
-                    raise RuntimeError("the rollout stopped before every batch was ready")
-                taken.append(group)
-            batch_done.append(time.perf_counter() - started)
+                    raise RuntimeError("the rollout stopped before every step's batch was ready")
+                trained.append(group)
+                in_flight = max(in_flight, coordinator.in_flight)
+                done_at = trainer.add_group(time.perf_counter() - started, gradient_s, optimizer_s)
+            if first_batch is None:
+                first_batch = time.perf_counter() - started
+            await asyncio.sleep(max(0.0, done_at - (time.perf_counter() - started)))
+            for e in async_engines:
+                e.call(lambda engine, v=version: engine.update_weights(weights, v))
             worker.on_weight_version(version)
+            step_done.append(time.perf_counter() - started)
     finally:
         stop.set()
         await asyncio.gather(running, return_exceptions=True)
         for e in async_engines:
             await e.shutdown()
+    span = max(t.turns[-1].weight_version - t.start_version for g in trained for t in g.trajectories)
+    if span > case.max_version_span or in_flight > coordinator.window:
+        raise AssertionError(f"{mode}: version span {span} or {in_flight} groups in flight broke the bounds")
     stats = [e.stats() for e in engines]
-    window_s = batch_done[-1] - batch_done[0]
-    result = {
-        "time_to_batch_s": batch_done[0],
-        "batch_done_s": batch_done,
-        "groups_per_minute": case.batch_groups * (case.steps - 1) / window_s * 60,
+    end = started + step_done[-1]
+    samples = [s for log in logs for s, ended in zip(log.samples, log.ended, strict=True) if ended <= end]
+    sampled = sum(log.sampled_tokens for log in logs)
+    tokens = {
+        "sampled": sampled,
+        "trained": sum(t.generated_tokens for g in trained for t in g.trajectories),
+        "prefill_computed": sum(log.prefill_tokens for log in logs),
+        "recomputed": sum(s["recomputed_tokens"] for s in stats),
+        "discarded": coordinator.counts.discarded_tokens,
+        "aborted_unseen": max(0, sampled - worker.tokens.kept - worker.tokens.cancelled),
+    }
+    steps_after_first = [b - a for a, b in zip(step_done, step_done[1:], strict=False)]
+    figures = {
+        "time_to_last_step_s": step_done[-1],
+        "step_done_s": step_done,
+        "steady_step_s": statistics.median(steps_after_first) if steps_after_first else step_done[0],
+        "time_to_first_batch_s": first_batch,
+        "tokens": tokens,
+        "discarded_trajectories": coordinator.counts.discarded,
+        "max_version_span": span,
+        "max_in_flight": in_flight,
+        "window": coordinator.window,
+        "weight_version": coordinator.weight_version,
+        # as applied when the round stopped: the last push lands at an engine's next iteration
+        "engine_weight_versions": [e.weight_version for e in engines],
+        "turn_weight_versions": sorted({turn.weight_version for g in trained for t in g.trajectories for turn in t.turns}),
         "preemptions": worker.preemptions,
         "migrations": worker.migrations,
         "hit_rate": sum(s["cached_tokens"] for s in stats) / max(1, sum(s["prompt_tokens"] for s in stats)),
-        "recomputed_tokens": sum(s["recomputed_tokens"] for s in stats),
-        "evicted_tokens": sum(sum(s["evicted_tokens"].values()) for s in stats),
+        "engine_s": case.engines * step_done[-1],
     }
-    if trace:  # every group the round admitted, each once (a taken group may still be untrained)
-        groups = {g.id: g for g in [*taken, *coordinator.untrained_groups(), *coordinator.running_groups()]}
-        result["trace"] = recorded_trace(groups.values())
-    return result
+    if trace:  # every group the round admitted, each once
+        groups = {g.id: g for g in [*trained, *coordinator.untrained_groups(), *coordinator.running_groups()]}
+        figures["trace"] = recorded_trace(groups.values())
+    return Round(figures, samples)
 
 
-MODES = {"trajectory_level": "trajectory_level", "action_level": "action_level", "venus": "priority"}
-# Generation slots are the contended resource (the regime the paper targets): a turn wants
-# its slot about as long as its tool call takes, and there are several times more
-# trajectories in flight than slots.
+def _calibrate(model_dir: Path, case: RolloutCase) -> tuple[float, list[Example]]:
+    """T_batch (action_level, instant trainer) and the examples of the round's finished
+    trajectories, on tasks no timed round uses."""
+    recorder = RecordingPredictor(GroupHistoryPredictor())
+    try:
+        calibration = asyncio.run(_round(model_dir, case, "action_level", 0.0, tasks(case, case.seed + 1000), recorder))
+    finally:
+        recorder.close()
+    return calibration.figures["time_to_last_step_s"] / case.steps, recorder.examples
+
+
+def _predictor_spearman(train: list[Example], venus: list[RecordingPredictor], quick: bool, workdir: Path) -> dict:
+    """Each predictor trained on the calibration round, scored on venus's timed rounds."""
+    from venusrl.bench.predictor import evaluate_predictor
+
+    held_out = [e for r in venus for e in r.examples]
+    out: dict[str, Any] = {"train_examples": len(train), "held_out_examples": len(held_out)}
+    for kind in ("group_history", "learned", *(() if quick else ("lm",))):
+        figures = evaluate_predictor(kind, train, {"held_out_prompts": held_out}, quick, None, workdir)
+        out[kind] = {k: figures[k] for k in ("spearman", "spearman_by_turn", "mae", "train_examples")}
+    pairs = [(r.predicted[key], e) for r in venus for e in r.examples
+             if (key := (e.query.trajectory_id, e.query.generated_tokens)) in r.predicted]
+    if pairs:
+        online = accuracy([p for p, _ in pairs], [e for _, e in pairs])
+        out["learned"]["online"] = {k: online[k] for k in ("spearman", "spearman_by_turn", "examples")}
+    return out
+
+
+def _summary(rounds: list[Round], cost) -> dict[str, Any]:
+    """A mode's medians over its rounds at one trainer factor, and its summed breakdown."""
+    figures = [r.figures for r in rounds]
+    totals = {k: sum(f["tokens"][k] for f in figures) for k in figures[0]["tokens"]}
+    return {
+        **{k: statistics.median(f[k] for f in figures)
+           for k in ("time_to_last_step_s", "steady_step_s", "time_to_first_batch_s")},
+        "tokens": {k: statistics.median(f["tokens"][k] for f in figures) for k in totals},
+        "discarded_trajectories": sum(f["discarded_trajectories"] for f in figures),
+        "breakdown": breakdown([s for r in rounds for s in r.samples], cost,
+                               sum(f["engine_s"] for f in figures), totals),
+        "rounds": figures,
+    }
+
+
+def _ratios(result: dict[str, Any], baseline: str, key: str) -> list[float]:
+    return [b[key] / v[key] for b, v in zip(result[baseline]["rounds"], result["venus"]["rounds"], strict=True)]
+
+
+WASTE = ("idle", "recompute", "wasted_discarded", "wasted_aborted")
+
+
+def _speedups(cell: dict[str, Any]) -> dict[str, Any]:
+    """Per baseline: venus's paired speedups (median, per repeat, min, max), and the most any
+    schedule could gain on the baseline's engine time by removing all of its idle,
+    recompute and wasted decode (`waste_bound_vs_*`, the accounting a target is checked
+    against)."""
+    out: dict[str, Any] = {}
+    for baseline in BASELINES:
+        waste = sum(cell[baseline]["breakdown"]["fractions"][k] for k in WASTE)
+        out[f"waste_bound_vs_{baseline}"] = 1 / max(1e-9, 1 - waste)
+        for name, key in (("end_to_end", "time_to_last_step_s"), ("first_batch", "time_to_first_batch_s"),
+                          ("steady_step", "steady_step_s")):
+            ratios = _ratios(cell, baseline, key)
+            out[f"{name}_speedup_vs_{baseline}"] = statistics.median(ratios)
+            out[f"{name}_speedup_vs_{baseline}_per_repeat"] = ratios
+            out[f"{name}_speedup_vs_{baseline}_min"] = min(ratios)
+            out[f"{name}_speedup_vs_{baseline}_max"] = max(ratios)
+    return out
+
+
+# Generation slots are the contended resource (the regime the paper targets): about eight
+# trajectories in flight per slot, each waiting on its tool about as long as a turn generates.
 QUICK = RolloutCase(batch_groups=4, group_size=4, async_factor=1.5, engines=2, slots_per_engine=2,
-                    kv_tokens_per_engine=4000, tokens_per_turn=24, tool_latency_mean_s=0.2, max_turns=6, steps=2)
+                    kv_tokens_per_engine=3000, tokens_per_turn=16, tool_latency_mean_s=0.1, max_turns=8, steps=4,
+                    trainer_factors=(0.5,))
 FULL = RolloutCase(batch_groups=8, group_size=4, async_factor=1.5, engines=2, slots_per_engine=3,
-                   kv_tokens_per_engine=4500, tokens_per_turn=32, tool_latency_mean_s=0.2, max_turns=8, steps=3,
-                   repeats=3)
+                   kv_tokens_per_engine=4500, tokens_per_turn=16, tool_latency_mean_s=0.1, max_turns=8, steps=8,
+                   repeats=3, other_factor_repeats=1)
 
 
-def run(quick: bool, trace: bool = False) -> dict[str, Any]:
-    """Every mode's rounds; with `trace`, each round carries its turns as simulator trace
-    rows (the validation replays them)."""
-    case = QUICK if quick else FULL
+def run(quick: bool, trace: bool = False, case: RolloutCase | None = None) -> dict[str, Any]:
+    """Every mode at every trainer factor, `case.repeats` times, interleaved; with `trace`,
+    each round carries its turns as simulator trace rows (the validation replays them)."""
+    case = case or (QUICK if quick else FULL)
     torch.set_num_threads(1)  # one core per engine thread
-    result: dict[str, Any] = {"case": asdict(case), "tool_latency": f"exponential, mean {case.tool_latency_mean_s}s"}
-    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in MODES}
+    result: dict[str, Any] = {
+        "case": asdict(case),
+        "workload": {"difficulty": "Uniform(0, 1) per task, shared by its group",
+                     "turns": f"round(LogNormal(log({TURNS_EASY} * ({case.max_turns}/{TURNS_EASY})**d), {TURNS_SIGMA})), "
+                              f"1..{case.max_turns}, per trajectory",
+                     "prompt_hint": f"vocabulary level of d + N(0, {HINT_NOISE})",
+                     "tool_latency": f"Exponential, mean {case.tool_latency_mean_s}s"},
+        "setups": {mode: asdict(setup) for mode, setup in SETUPS.items()},
+        "machine": "shared: timings carry the load of other processes; see the per-repeat spread",
+    }
+    cells: dict[float, dict[str, list[Round]]] = {f: {m: [] for m in MODES} for f in case.trainer_factors}
+    recorders: list[RecordingPredictor] = []
     with tempfile.TemporaryDirectory() as tmp, Progress() as progress:
         model_dir = make_tiny_model(Path(tmp) / "model", seed=1)
-        task = progress.add_task("rollout bench", total=len(MODES) * case.repeats)
+        rounds = sum(case.repeats if f == case.headline_factor else min(case.repeats, case.other_factor_repeats)
+                     for f in case.trainer_factors)
+        task = progress.add_task("rollout bench", total=1 + len(MODES) * rounds)
+        batch_s, train_examples = _calibrate(model_dir, case)
+        progress.advance(task)
         predictor_path = Path(tmp) / "predictor.pkl"
-        warm_up = BackgroundPredictor(make_predictor(PredictorConfig(kind="learned", refit_every=64)))
-        try:  # other problems (a seed no timed round uses), untimed; every timed round gets fresh engines
-            asyncio.run(_rollout(model_dir, case, "priority", warm_up, seed=case.seed + case.repeats))
-            warm_up.save(predictor_path)
-        finally:
-            warm_up.close()
+        learned = make_predictor(PredictorConfig(kind="learned"))
+        learned.fit(train_examples)
+        learned.save(predictor_path)
         trained = PredictorConfig(kind="learned", path=str(predictor_path), refit_every=10**9)
-        # Modes interleave within each repeat, so a slow spell of the machine hits all of them.
+        result["calibration"] = {"batch_rollout_s": batch_s, "mode": "action_level", "trainer": "instant"}
         for repeat in range(case.repeats):
-            for name, mode in MODES.items():
-                predictor = BackgroundPredictor(make_predictor(trained)) if mode == "priority" else None
-                try:
-                    rounds[name].append(asyncio.run(_rollout(model_dir, case, mode, predictor, case.seed + repeat, trace)))
-                finally:
-                    if predictor is not None:
-                        predictor.close()
-                progress.advance(task)
-    for name, runs in rounds.items():
-        result[name] = {"time_to_batch_s": statistics.median(r["time_to_batch_s"] for r in runs),
-                        "groups_per_minute": statistics.median(r["groups_per_minute"] for r in runs),
-                        "rounds": runs}
-    venus = result["venus"]
-    for baseline in ("action_level", "trajectory_level"):
-        result[f"speedup_vs_{baseline}"] = result[baseline]["time_to_batch_s"] / venus["time_to_batch_s"]
-        result[f"window_speedup_vs_{baseline}"] = venus["groups_per_minute"] / result[baseline]["groups_per_minute"]
-        result[f"speedup_vs_{baseline}_per_repeat"] = [
-            b["time_to_batch_s"] / v["time_to_batch_s"] for b, v in zip(result[baseline]["rounds"], venus["rounds"], strict=True)]
+            prompts_seed = case.seed + repeat
+            for factor in case.trainer_factors:
+                if factor != case.headline_factor and repeat >= case.other_factor_repeats:
+                    continue
+                order = MODES[repeat % len(MODES):] + MODES[: repeat % len(MODES)]
+                for mode in order:
+                    predictor = RecordingPredictor(make_predictor(trained)) if mode == "venus" else None
+                    try:
+                        cells[factor][mode].append(asyncio.run(_round(
+                            model_dir, case, mode, factor * batch_s, tasks(case, prompts_seed), predictor, trace)))
+                    finally:
+                        if predictor is not None:
+                            predictor.close()
+                            recorders.append(predictor)
+                    progress.advance(task)
+        result["predictor_spearman"] = _predictor_spearman(train_examples, recorders, quick, Path(tmp))
+    cost = fit([s for modes in cells.values() for rounds in modes.values() for r in rounds for s in r.samples],
+               case.kv_tokens_per_engine)
+    result["step_cost_model"] = {"fixed_s": cost.fixed_s, "token_s": cost.token_s, "kv_token_s": cost.kv_token_s}
+    result["trainer"] = {"step_s": {str(f): f * batch_s for f in case.trainer_factors},
+                         "gradient_fraction": case.gradient_fraction, "model": "streaming, one group at a time"}
+    result["by_trainer_factor"] = {}
+    for factor, modes in cells.items():
+        cell = {mode: _summary(rounds, cost) for mode, rounds in modes.items()}
+        cell.update(_speedups(cell))
+        result["by_trainer_factor"][str(factor)] = cell
+    headline = result["by_trainer_factor"][str(case.headline_factor)]
+    result["headline"] = {"trainer_factor": case.headline_factor, "figure": "time to the N-th step, venus vs baseline"}
+    result.update({k: v for k, v in headline.items() if "_speedup_" in k})
+    for mode in MODES:
+        result[mode] = headline[mode]
+    result["steady_step_s"] = {mode: headline[mode]["steady_step_s"] for mode in MODES}
+    result["breakdown"] = {mode: headline[mode]["breakdown"] for mode in MODES}
     return result
 
 
-def main(quick: bool, json_out: Path | None) -> None:
-    emit(run(quick), json_out)
+def run_case(quick: bool, **overrides: Any) -> dict[str, Any]:
+    """`run` on the quick or full case with some fields replaced (a sweep cell)."""
+    return run(quick, case=replace(QUICK if quick else FULL, **overrides))
+
+
+# Slots per engine (trajectories in flight per slot: 12, 6, 3) x KV budget per engine (tight:
+# below what the window's trajectories hold, loose: all of it fits).
+SWEEP_SLOTS = (1, 2, 4)
+SWEEP_KV_TOKENS = (1500, 6000)
+
+
+def sweep() -> dict[str, Any]:
+    """The quick case at its trainer factor in every (slots, KV budget) cell, one repeat
+    each: where venus wins and where it loses."""
+    cells = []
+    for slots in SWEEP_SLOTS:
+        for kv in SWEEP_KV_TOKENS:
+            result = run_case(True, slots_per_engine=slots, kv_tokens_per_engine=kv)
+            in_flight = result["venus"]["rounds"][0]["window"] * QUICK.group_size
+            cells.append({
+                "slots_per_engine": slots, "kv_tokens_per_engine": kv,
+                "trajectories_per_slot": in_flight / (slots * QUICK.engines),
+                **{k: v for k, v in result.items() if k.startswith("end_to_end_speedup_vs_") and "_per_repeat" not in k},
+                "time_to_last_step_s": {m: result[m]["time_to_last_step_s"] for m in MODES},
+                "idle_fraction": {m: result[m]["breakdown"]["fractions"]["idle"] for m in MODES},
+                "recompute_fraction": {m: result[m]["breakdown"]["fractions"]["recompute"] for m in MODES},
+                "venus_wins": {b: result[f"end_to_end_speedup_vs_{b}"] > 1.0 for b in BASELINES},
+            })
+    return {"case": asdict(QUICK), "cells": cells,
+            "machine": "shared: one repeat per cell, so read a cell's figure with the headline's spread"}
+
+
+def main(quick: bool, json_out: Path | None, sweep_cells: bool = False) -> None:
+    emit(sweep() if sweep_cells else run(quick), json_out)

@@ -38,6 +38,7 @@ class CoordinatorCounts:
     trained: int = 0  # groups consumed by weight steps
     dropped: int = 0  # groups given up
     discarded: int = 0  # trajectory attempts discarded (stale or failed)
+    discarded_tokens: int = 0  # tokens those attempts had generated (in finished turns)
 
 
 class DataCoordinator:
@@ -160,6 +161,17 @@ class DataCoordinator:
         t = self._live.get(trajectory_id)
         key = None if t is None else self._ranking.key(t.group_id)
         return 0.0 if key is None else -key
+
+    def touched_by(self, new: PriorityPolicy, old: PriorityPolicy) -> set[int]:
+        """Trajectories whose priority may differ under `new` from `old`: those of running
+        groups that entered or left the HIGH set, and those whose promotion changed. A
+        worker re-prioritises these (O(change), not O(live))."""
+        touched = set(new.promoted ^ old.promoted)
+        for group_id in new.high_groups ^ old.high_groups:
+            group = self._running.get(group_id)
+            if group is not None:
+                touched.update(t.id for t in group.trajectories)
+        return touched
 
     def ranked_group_ids(self) -> list[int]:
         """Unfinished groups, most urgent first."""
@@ -422,6 +434,7 @@ class DataCoordinator:
         t.status = TrajectoryStatus.DISCARDED
         out.discarded.append(t.id)
         self.counts.discarded += 1
+        self.counts.discarded_tokens += t.generated_tokens
         group = self._running[t.group_id]
         if t.attempt >= self.config.max_reruns:
             self._drop(group, out, f"trajectory {t.id} (slot {t.index}) {reason}, attempt {t.attempt + 1}")
@@ -436,6 +449,7 @@ class DataCoordinator:
                 self._forget(t)
                 t.status = TrajectoryStatus.DISCARDED
                 self.counts.discarded += 1
+                self.counts.discarded_tokens += t.generated_tokens
                 if t in out.start:  # handed out by this same event: take the order back
                     out.start.remove(t)
                 else:

@@ -20,7 +20,13 @@ from venusrl.types import Group, Trajectory, TrajectoryStatus
 
 
 class PriorityRule:
-    """Base rule: groups in arrival order, the first B - R of them HIGH (this is FCFS)."""
+    """Base rule: groups in arrival order, the first B - (R mod B) of them HIGH (this is FCFS).
+
+    R ready groups wait for the trainer. While R < B that is the B - R groups the next step
+    still needs (§4.2). Once R >= B the trainer is busy with full batches and the step after
+    them needs B - (R mod B) more: the next batch is ranked and pushed while the trainer
+    steps, instead of running unprioritised (no group HIGH) until the weights advance.
+    """
 
     name: ClassVar[str] = "fcfs"
     # Whether slots inside the HIGH set go to the group with the largest key first (see
@@ -28,8 +34,8 @@ class PriorityRule:
     longest_critical_first: ClassVar[bool] = False
 
     def critical_count(self, needed: int, ready: int) -> int:
-        """needed = B groups per step, ready = R groups done and waiting for that step."""
-        return max(0, needed - ready)
+        """needed = B groups per step, ready = R groups done and waiting for the trainer."""
+        return needed - ready % needed
 
     def group_key(self, group: Group, now: float, stats: RunningStats) -> float:
         return float(group.seq)

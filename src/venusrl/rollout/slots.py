@@ -14,7 +14,7 @@ Modes:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Container, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -67,11 +67,20 @@ class SlotScheduler:
         self.holders.pop(trajectory, None)
         granted = []
         while self.waiting and len(self.holders) < self.slots:
-            best = min(self.waiting, key=self._rank)
+            best = self.next_waiter()
             del self.waiting[best]
             self._grant(best)
             granted.append(best)
         return granted
+
+    @property
+    def idle(self) -> bool:
+        """A slot is free and nobody here waits for one."""
+        return len(self.holders) < self.slots and not self.waiting
+
+    def next_waiter(self) -> Hashable | None:
+        """The waiter the next free slot goes to."""
+        return min(self.waiting, key=self._rank) if self.waiting else None
 
     def set_priority(self, trajectory: Hashable, priority: Priority) -> None:
         if trajectory in self.priorities:
@@ -88,3 +97,20 @@ class SlotScheduler:
     def _preemptible(self) -> Hashable | None:
         low = [t for t in self.holders if self.priorities.get(t) == Priority.LOW]
         return max(low, key=self.holders.__getitem__) if low else None
+
+
+def steal_candidate(engines: Sequence[SlotScheduler], target: int,
+                    excluded: Container[Hashable] = ()) -> tuple[int, Hashable] | None:
+    """(source engine, trajectory) to move to `target` when its slots idle: the next waiter of
+    the engine with the most waiters (`excluded`: trajectories already moving). Trajectories
+    stay on their engine for their KV; once an engine would idle while another has turns
+    queued, moving one (with its prefix KV) keeps both generating (priority mode only)."""
+    if not engines[target].idle:
+        return None
+    sources = sorted((i for i, e in enumerate(engines) if i != target and e.waiting),
+                     key=lambda i: -len(engines[i].waiting))
+    for source in sources:
+        waiter = engines[source].next_waiter()
+        if waiter not in excluded:
+            return source, waiter
+    return None

@@ -34,7 +34,7 @@ from venusrl.model.chat import ChatTokenizer
 from venusrl.rollout.agent_loop import TurnOutput, run_agent_loop
 from venusrl.rollout.config import RolloutConfig
 from venusrl.rollout.orchestrator import choose_moves
-from venusrl.rollout.slots import SlotMode, SlotScheduler
+from venusrl.rollout.slots import SlotMode, SlotScheduler, steal_candidate
 from venusrl.sandbox.api import AsyncSandbox
 from venusrl.sandbox.controller import SandboxController
 from venusrl.types import Group, Priority, Prompt, SamplingParams, Trajectory
@@ -51,6 +51,24 @@ class TurnResult:
     weight_versions: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     preemptions: int = 0
+
+
+@dataclass(slots=True)
+class TokenCounts:
+    """Generated tokens by what became of them, as the worker saw them: `kept` joined a
+    turn (across preemptions), `cancelled` were delivered to a turn that was then cancelled
+    (its trajectory discarded, or the run stopped). Tokens an engine sampled beyond these
+    were sampled for an aborted request and never delivered."""
+
+    kept: int = 0
+    cancelled: int = 0
+
+
+@dataclass(slots=True)
+class _Latest:
+    """The newest output of an engine request, readable after the wait for it is cancelled."""
+
+    output: RequestOutput | None = None
 
 
 class RolloutWorker:
@@ -79,6 +97,7 @@ class RolloutWorker:
         self.preemptions = 0
         self.predictions = 0
         self.migrations = 0
+        self.tokens = TokenCounts()
         self.predictor = predictor
         self.sandboxes = sandboxes
         self.on_ready = on_ready
@@ -87,6 +106,8 @@ class RolloutWorker:
         self._tasks: dict[int, asyncio.Task] = {}
         self._grants: dict[int, asyncio.Event] = {}
         self._preempt: dict[int, asyncio.Event] = {}
+        self._moving: dict[int, asyncio.Task] = {}  # trajectories on their way to an idle engine
+        self._applied_policy = PriorityPolicy(0, frozenset(), frozenset())  # what _repriorise last applied
 
     async def run(self, groups: int | None = None, stop: asyncio.Event | None = None) -> list[Group]:
         """Run until `groups` groups are ready, `stop` is set, or nothing is left to run: with
@@ -104,7 +125,7 @@ class RolloutWorker:
                 await asyncio.wait([changed, *([stopped] if stopped else [])], return_when=asyncio.FIRST_COMPLETED)
                 changed.cancel()
         finally:
-            leftover = [*self._tasks.values(), *background, *([stopped] if stopped else [])]
+            leftover = [*self._tasks.values(), *self._moving.values(), *background, *([stopped] if stopped else [])]
             for task in leftover:  # trajectories past the batch, the pollers
                 task.cancel()
             await asyncio.gather(*leftover, return_exceptions=True)
@@ -126,13 +147,16 @@ class RolloutWorker:
 
     # ---- length predictions (off the critical path) ------------------------------------------
 
-    def _predict(self, trajectory_id: int) -> None:
-        """Ask for a prediction at a turn boundary; the answer arrives through the poller."""
+    def _predict(self, trajectory_id: int, observation_ids: list[int]) -> None:
+        """Ask for a prediction at a turn boundary, with the observation the turn starts
+        from (the tool's output: test results, errors); the answer arrives through the
+        poller."""
         trajectory = self.coordinator.trajectory(trajectory_id)
         group = self.coordinator.group(trajectory.group_id) if trajectory is not None else None
         if self.predictor is None or group is None:
             return
-        query = query_from_trajectory(trajectory, group)
+        observation = self.tokenizer.decode(observation_ids, skip_special_tokens=True) if trajectory.turns else ""
+        query = query_from_trajectory(trajectory, group, last_observation=observation)
         self._queries.setdefault(trajectory_id, []).append(query)
         self.predictor.submit(query)
 
@@ -168,7 +192,15 @@ class RolloutWorker:
         self._changed.set()
 
     def _repriorise(self, policy: PriorityPolicy) -> None:
-        for trajectory_id, index in self._engine_of.items():
+        """Only the trajectories whose group entered or left the HIGH set or whose promotion
+        changed (O(change), as the simulator does): a trajectory started since reads the
+        current policy when it asks for a slot. Every one of them costs a call on its engine
+        thread, between steps."""
+        old, self._applied_policy = self._applied_policy, policy
+        for trajectory_id in self.coordinator.touched_by(policy, old):
+            index = self._engine_of.get(trajectory_id)
+            if index is None:
+                continue
             priority = self._priority(trajectory_id, policy)
             self.slots[index].set_priority(trajectory_id, priority)
             self.engines[index].call(lambda e, key=str(trajectory_id), p=priority: e.set_priority(key, p))
@@ -195,9 +227,24 @@ class RolloutWorker:
             for move in choose_moves(pressure, capacity, waiting, self.config.orchestration_threshold):
                 await self._move(move.request, move.source, move.target)
 
+    def _steal_for(self, target: int) -> None:
+        """An engine whose slots would idle takes a turn queued on another (`steal_candidate`);
+        venus only, like orchestration."""
+        if self.mode != "priority" or len(self.engines) < 2:
+            return
+        choice = steal_candidate(self.slots, target, excluded=self._moving)
+        if choice is not None:
+            source, trajectory_id = choice
+            task = asyncio.create_task(self._move(trajectory_id, source, target))
+            self._moving[trajectory_id] = task
+            task.add_done_callback(lambda _, tid=trajectory_id: self._moving.pop(tid, None))
+
     async def _move(self, trajectory_id: int, source: int, target: int) -> None:
         """Move a trajectory waiting for a slot on `source` to `target`, with its prefix KV."""
-        token_ids = list(self.coordinator.trajectory(trajectory_id).token_ids)
+        trajectory = self.coordinator.trajectory(trajectory_id)
+        if trajectory is None:
+            return  # finished or discarded meanwhile
+        token_ids = list(trajectory.token_ids)
         key = str(trajectory_id)
         exported, kv = await self.engines[source].acall(lambda e: e.export_prefix(token_ids))
         if trajectory_id not in self.slots[source].waiting or self._engine_of.get(trajectory_id) != source:
@@ -261,10 +308,16 @@ class RolloutWorker:
             remaining = replace(sampling, max_new_tokens=sampling.max_new_tokens - len(turn.output_ids))
             engine = self.engines[self._engine_of[trajectory_id]]
             stream = engine.generate(prompt_ids + turn.output_ids, remaining, self._priority(trajectory_id), key)
-            last = await _until_done_or(stream, preempt)
+            latest = _Latest()
+            try:
+                last = await _until_done_or(stream, preempt, latest)
+            except asyncio.CancelledError:
+                self.tokens.cancelled += len(latest.output.output_ids) if latest.output else 0
+                raise
             del self._preempt[trajectory_id]
             self._release(trajectory_id, finished=False)
             if last is not None:
+                self.tokens.kept += len(last.output_ids)
                 turn.output_ids += last.output_ids
                 turn.logprobs += last.logprobs
                 turn.weight_versions += last.weight_versions
@@ -285,7 +338,8 @@ class RolloutWorker:
             if trajectory_id in slots.holders:
                 return
             priority = self._priority(trajectory_id)
-            if self.mode == "priority" and priority < Priority.LOW and len(slots.holders) >= slots.slots:
+            if (self.mode == "priority" and priority < Priority.LOW and len(slots.holders) >= slots.slots
+                    and self.engines[index].engine.scheduler.counters.demotions):  # none ever: none paused
                 await self._demote_slots_of_paused(index)
                 if self._engine_of.get(trajectory_id) != index or trajectory_id in slots.holders:
                     continue  # moved or granted while the engine answered
@@ -295,6 +349,8 @@ class RolloutWorker:
             if granted:
                 return
             event = self._grants.setdefault(trajectory_id, asyncio.Event())
+            for other in range(len(self.slots)):  # queued here while an engine idles: move there
+                self._steal_for(other)
             await event.wait()
             self._grants.pop(trajectory_id, None)
 
@@ -310,8 +366,10 @@ class RolloutWorker:
             slots.set_priority(other, Priority.LOW if paused else self._priority(other))
 
     def _release(self, trajectory_id: int, finished: bool) -> None:
-        for granted in self.slots[self._engine_of[trajectory_id]].release(trajectory_id, finished):
+        index = self._engine_of[trajectory_id]
+        for granted in self.slots[index].release(trajectory_id, finished):
             self._grants.setdefault(granted, asyncio.Event()).set()
+        self._steal_for(index)
 
 
 async def next_ready(ready: asyncio.Queue[Group], running: asyncio.Task) -> Group | None:
@@ -344,9 +402,11 @@ async def _kill_quietly(sandbox: AsyncSandbox, trajectory_id: int) -> None:
         log.info("sandbox %s of trajectory %d: kill failed (%s)", sandbox.sandbox_id, trajectory_id, err)
 
 
-async def _until_done_or(stream: AsyncIterator[RequestOutput], preempt: asyncio.Event) -> RequestOutput | None:
+async def _until_done_or(stream: AsyncIterator[RequestOutput], preempt: asyncio.Event,
+                         latest: _Latest) -> RequestOutput | None:
     """The last output of the stream, or, once `preempt` is set, the last one seen so far
-    (leaving the stream aborts the engine request; its KV stays cached for the resume)."""
+    (leaving the stream aborts the engine request; its KV stays cached for the resume).
+    `latest` holds the newest output seen, for a caller cancelled meanwhile."""
     last = None
     iterator = aiter(stream)
     while True:
@@ -361,7 +421,7 @@ async def _until_done_or(stream: AsyncIterator[RequestOutput], preempt: asyncio.
                 await asyncio.gather(next_output, return_exceptions=True)
         if next_output in done:
             try:
-                last = next_output.result()
+                last = latest.output = next_output.result()
             except StopAsyncIteration:
                 return last
             if last.finished:
@@ -381,7 +441,7 @@ class _CoordinatorReport:
     def turn_started(self, context_ids: list[int]) -> None:
         coordinator = self.worker.coordinator
         self.worker._apply(coordinator.on_turn_start(self.trajectory_id, self.worker.clock(), context_ids))
-        self.worker._predict(self.trajectory_id)
+        self.worker._predict(self.trajectory_id, context_ids)
 
     def turn_ended(self, output: TurnOutput, tool_call: bool) -> None:
         version = max(output.weight_versions, default=self.worker.coordinator.weight_version)

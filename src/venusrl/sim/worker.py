@@ -2,7 +2,7 @@
 simulated engines, scheduled per action with the real `SlotScheduler` and, across engines,
 the real `choose_moves`. It mirrors `venusrl.rollout.worker.RolloutWorker` event for event
 (turn start, prediction, slot grant, preemption, turn end, tool call, done, discard, policy
-change) with the event loop in place of asyncio.
+change, moves between engines) with the event loop in place of asyncio.
 
 Lengths are in units of `quantum` real tokens: a trajectory's context is a list of unit ids
 (its group's prompt ids, then its own generated and observation ids).
@@ -21,7 +21,7 @@ from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.coordinator.decisions import Decisions, PriorityPolicy
 from venusrl.engine.request import PartialOutput
 from venusrl.rollout.orchestrator import choose_moves
-from venusrl.rollout.slots import SlotScheduler
+from venusrl.rollout.slots import SlotScheduler, steal_candidate
 from venusrl.sim.engine import SimEngine
 from venusrl.sim.events import Event, EventLoop
 from venusrl.sim.predictor import NoisyLengthPredictor
@@ -144,13 +144,7 @@ class SimWorker:
     def _repriorise(self, policy: PriorityPolicy) -> None:
         """Only trajectories whose group or promotion changed: O(change), not O(live)."""
         old, self._policy = self._policy, policy
-        groups = policy.high_groups ^ old.high_groups
-        touched = set(policy.promoted ^ old.promoted)
-        for group_id in groups:
-            group = self.coordinator.group(group_id)
-            if group is not None:
-                touched.update(t.id for t in group.trajectories)
-        for trajectory_id in touched:
+        for trajectory_id in self.coordinator.touched_by(policy, old):
             trajectory = self.live.get(trajectory_id)
             if trajectory is None:
                 continue
@@ -216,6 +210,9 @@ class SimWorker:
             self._preempt(self.live[victim])
         if granted:
             self._submit(t)
+        elif self.system.orchestration:  # queued here while an engine idles: move there
+            for other in range(len(self.slots)):
+                self._steal_for(other)
 
     def _submit(self, t: SimTrajectory) -> None:
         remaining = t.gen_units[t.turn] - t.into_turn
@@ -313,6 +310,15 @@ class SimWorker:
     def _release_slot(self, t: SimTrajectory, finished: bool) -> None:
         for granted in self.slots[t.engine].release(t.id, finished):
             self._submit(self.live[granted])
+        if self.system.orchestration:
+            self._steal_for(t.engine)
+
+    def _steal_for(self, target: int) -> None:
+        """An engine whose slots would idle takes a turn queued on another (`steal_candidate`)."""
+        choice = steal_candidate(self.slots, target)
+        if choice is not None:
+            source, trajectory_id = choice
+            self._move(self.live[trajectory_id], source, target)
 
     # ---- request orchestration across engines (paper §4.3) ------------------------------------
 

@@ -2,7 +2,7 @@
 and tests.
 
 Each prompt has a hidden difficulty d in [0, 1]. Its text names components whose vocabulary
-shifts with d and how many files to change; harder prompts take more turns and longer turns.
+shifts with a noisy copy of d (`hint_words`); harder prompts take more turns and longer turns.
 After each turn but the last, the tool reports failing tests that fall towards zero as the
 trajectory nears its end, with tracebacks more likely on hard prompts. The K trajectories of
 a prompt share d but draw their own turns and lengths (sampling temperature). Nothing in the
@@ -85,13 +85,18 @@ def synthesize(n_prompts: int, group_size: int = 8, seed: int = 0, prefix: str =
     return rollout(make_tasks(n_prompts, seed, prefix), group_size, seed + 1)
 
 
+def hint_area(noisy_difficulty: float) -> tuple[str, ...]:
+    """The vocabulary of the level a noisy copy of the difficulty falls in: prompts show it,
+    so a predictor can learn the hint, not read the difficulty (prompts of one level read
+    alike)."""
+    return _AREAS[min(len(_AREAS) - 1, max(0, int(noisy_difficulty * len(_AREAS))))]
+
+
 def _prompt_text(rng: np.random.Generator, difficulty: float) -> str:
-    level = min(len(_AREAS) - 1, int(difficulty * len(_AREAS) + rng.normal(0, 0.6)))
-    level = max(0, level)
-    words = list(rng.choice(_AREAS[level], size=3)) + list(rng.choice(_FILLER, size=8))
-    files = 1 + int(rng.poisson(1 + 6 * difficulty))
+    area = hint_area(difficulty + rng.normal(0.0, 0.1))
+    words = [str(w) for w in rng.choice(area, size=3)] + [str(w) for w in rng.choice(_FILLER, size=8)]
     rng.shuffle(words)
-    return f"{' '.join(words)}. files to change: {files}"
+    return " ".join(words)
 
 
 def _plan(rng: np.random.Generator, difficulty: float) -> tuple[list[int], list[str]]:

@@ -1,0 +1,105 @@
+"""Where an engine's time goes: every step it runs is timed and shaped, and the round's
+engine-seconds are split into decode, prefill computed for the first time, recompute,
+wasted decode (discarded trajectories, tokens sampled for a request that was aborted before
+they were delivered) and idle.
+
+A step's time is split between its prefill and its decode by the linear step cost
+(`sim.cost_model.fit` over every step of the bench): prefill gets `token_s` per computed
+prompt token, decode the rest (the step's fixed cost, one `token_s` per sampled sequence and
+the KV it reads), both scaled so they add up to the step's measured time. Recompute and
+wasted decode are then shares of prefill and decode time by their token counts.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from venusrl.engine.batch import Batch
+from venusrl.engine.engine import Engine
+from venusrl.sim.cost_model import CostModel, StepSample, batch_shape
+
+
+@dataclass(slots=True)
+class StepLog:
+    """Times every step of one engine that ran a batch. Installed on the instance (the
+    engine thread calls `engine.step`), so nothing else is touched."""
+
+    engine: Engine
+    samples: list[StepSample] = field(default_factory=list)
+    ended: list[float] = field(default_factory=list)  # perf_counter() at the end of each sample's step
+
+    def __post_init__(self) -> None:
+        step, run = self.engine.step, self.engine.runner.run
+        shapes: list[Batch] = []
+
+        def recorded_run(batch: Batch):
+            shapes.append(batch)
+            return run(batch)
+
+        def timed_step():
+            started = time.perf_counter()
+            outputs = step()
+            seconds = time.perf_counter() - started
+            prefill, contexts = batch_shape(item for batch in shapes for item in batch.items)
+            shapes.clear()
+            if prefill or contexts:
+                self.samples.append(StepSample(prefill, len(contexts), sum(contexts), seconds))
+                self.ended.append(started + seconds)
+            return outputs
+
+        self.engine.runner.run = recorded_run
+        self.engine.step = timed_step
+
+    @property
+    def busy_s(self) -> float:
+        return sum(s.seconds for s in self.samples)
+
+    @property
+    def sampled_tokens(self) -> int:
+        return sum(s.decode_seqs for s in self.samples)
+
+    @property
+    def prefill_tokens(self) -> int:
+        return sum(s.prefill_tokens for s in self.samples)
+
+
+def split_busy(samples: list[StepSample], cost: CostModel) -> tuple[float, float]:
+    """(prefill seconds, decode seconds) of the measured steps."""
+    prefill_s = decode_s = 0.0
+    for s in samples:
+        p = cost.token_s * s.prefill_tokens
+        d = cost.fixed_s + cost.token_s * s.decode_seqs + cost.kv_token_s * s.kv_tokens
+        if p + d <= 0:  # a cost model with nothing to price by: the step counts as decode
+            p, d = 0.0, 1.0
+        prefill_s += p * s.seconds / (p + d)
+        decode_s += d * s.seconds / (p + d)
+    return prefill_s, decode_s
+
+
+def breakdown(samples: list[StepSample], cost: CostModel, engine_s: float, tokens: dict[str, int]) -> dict[str, Any]:
+    """Engine-seconds of a round (`engine_s` = engines x wall time) by what they were spent
+    on, with each part's fraction. `tokens`: sampled, prefill_computed, recomputed,
+    discarded, aborted_unseen."""
+    prefill_s, decode_s = split_busy(samples, cost)
+    recompute_s = prefill_s * _share(tokens["recomputed"], tokens["prefill_computed"])
+    discarded = min(tokens["discarded"], tokens["sampled"])
+    discarded_s = decode_s * _share(discarded, tokens["sampled"])
+    unseen_s = decode_s * _share(min(tokens["aborted_unseen"], tokens["sampled"] - discarded), tokens["sampled"])
+    seconds = {
+        "decode_s": decode_s - discarded_s - unseen_s,
+        "prefill_computed_s": prefill_s - recompute_s,
+        "recompute_s": recompute_s,
+        "wasted_discarded_s": discarded_s,
+        "wasted_aborted_s": unseen_s,
+        "idle_s": max(0.0, engine_s - prefill_s - decode_s),
+    }
+    out: dict[str, Any] = {k: round(v, 3) for k, v in seconds.items()}
+    out["engine_s"] = round(engine_s, 3)
+    out["fractions"] = {k.removesuffix("_s"): round(v / engine_s, 4) if engine_s else 0.0 for k, v in seconds.items()}
+    return out
+
+
+def _share(part: int, whole: int) -> float:
+    return min(1.0, part / whole) if whole > 0 else 0.0
