@@ -17,6 +17,14 @@ def test_high_preempts_the_latest_low_holder():
     assert set(slots.holders) == {"low-a", "high"} and "low-b" in slots.waiting
 
 
+def test_a_waiter_promoted_while_waiting_holds_its_slot_and_waits_no_more():
+    slots = SlotScheduler(1)
+    slots.request(0, L)
+    assert slots.request(1, L) == (False, None)
+    assert slots.request(1, P) == (True, 0)  # the same trajectory, now at its last version
+    assert set(slots.holders) == {1} and set(slots.waiting) == {0}
+
+
 def test_waiting_are_granted_high_first_then_arrival_order():
     slots = SlotScheduler(1)
     slots.request("a", H)

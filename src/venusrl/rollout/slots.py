@@ -87,6 +87,8 @@ class SlotScheduler:
             self.priorities[trajectory] = priority
 
     def _grant(self, trajectory: Hashable) -> None:
+        # a waiter asking again at a higher priority may be granted here: it waits no more
+        self.waiting.pop(trajectory, None)
         self.holders[trajectory] = next(self._order)
 
     def _rank(self, trajectory: Hashable) -> tuple[int, float, int]:
