@@ -9,8 +9,9 @@ whose cold starts differ by the template's whole setup.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
+
+from venusrl.durable import write_atomic
 
 KEEP = 16
 
@@ -36,9 +37,7 @@ class ColdStartProfiles:
         return max(history) if history else default
 
     def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.observations))
-        os.replace(tmp, path)
+        write_atomic(path, json.dumps(self.observations))
 
     @classmethod
     def load(cls, path: Path) -> ColdStartProfiles:
