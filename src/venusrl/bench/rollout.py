@@ -185,8 +185,8 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
             if first_batch is None:
                 first_batch = time.perf_counter() - started
             await asyncio.sleep(max(0.0, done_at - (time.perf_counter() - started)))
-            for e in async_engines:
-                e.call(lambda engine, v=version: engine.update_weights(weights, v))
+            await asyncio.gather(*(e.update_weights(weights, version) for e in async_engines))
+
             worker.on_weight_version(version)
             step_done.append(time.perf_counter() - started)
     finally:

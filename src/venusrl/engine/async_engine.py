@@ -23,7 +23,12 @@ from concurrent.futures import Future
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+import torch
+
+from venusrl.engine.client import EngineHealth, EngineLoad, PrefixKV
 from venusrl.engine.engine import Engine, RequestOutput
+from venusrl.engine.kv_pool import HostKV
+from venusrl.engine.stats import EngineStats
 from venusrl.types import Priority, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -53,6 +58,8 @@ class _Stream:
 
 
 class AsyncEngine:
+    """The in-process `EngineClient`: the engine on a thread of this process."""
+
     def __init__(self, engine: Engine):
         self.engine = engine
         self.restarts = 0
@@ -77,7 +84,9 @@ class AsyncEngine:
         return self._error
 
     def call(self, fn: Callable[[Engine], T]) -> Future[T]:
-        """Run `fn(engine)` on the engine thread at the next iteration boundary."""
+        """Run `fn(engine)` on the engine thread at the next iteration boundary. For code in
+        this process that owns the engine (tests, tools); callers of an engine go through the
+        `EngineClient` methods below, which work on a remote engine too."""
         future: Future[T] = Future()
         if self._error is not None or self._stopping.is_set():
             future.set_exception(EngineStopped(f"engine is not running ({self._error})"))
@@ -132,7 +141,7 @@ class AsyncEngine:
             if not finished:
                 self.call(lambda engine: self._abort_if_live(engine, request_id))
 
-    def abort(self, request_id: str) -> Future[RequestOutput | None]:
+    async def abort(self, request_id: str) -> RequestOutput | None:
         """Abort a request from outside its stream (an operator, a fault): the stream's
         consumer receives the partial output, finished with reason "abort". None when the
         request had already finished."""
@@ -146,7 +155,51 @@ class AsyncEngine:
             log.info("request %s aborted from outside its stream", request_id)
             return output
 
-        return self.call(abort)
+        return await self.acall(abort)
+
+    # ---- EngineClient: trajectories, KV, weights, observability ----------------------------
+
+    def set_priority(self, trajectory_id: str, priority: Priority) -> None:
+        self.call(lambda engine: engine.set_priority(trajectory_id, priority))  # queued in call order
+
+    async def start_trajectory(self, trajectory_id: str, priority: Priority) -> None:
+        await self.acall(lambda engine: engine.start_trajectory(trajectory_id, priority))
+
+    async def release_trajectory(self, trajectory_id: str) -> bool:
+        return await self.acall(lambda engine: engine.release_trajectory(trajectory_id))
+
+    async def demoted_trajectories(self) -> frozenset[str]:
+        if not self.engine.scheduler.counters.demotions:  # an int read: none ever, none paused
+            return frozenset()
+        demoted = await self.acall(lambda engine: engine.scheduler.demoted_trajectories())
+        return frozenset(str(key) for key in demoted)
+
+    async def load(self) -> EngineLoad:
+        def load(engine: Engine) -> EngineLoad:
+            stats = engine.scheduler.stats()
+            demoted = engine.scheduler.demoted_trajectories() if engine.scheduler.counters.demotions else ()
+            return EngineLoad(stats.high_pressure, stats.kv_capacity_tokens, frozenset(str(k) for k in demoted))
+
+        return await self.acall(load)
+
+    async def stats(self) -> EngineStats:
+        return await self.acall(lambda engine: engine.typed_stats())
+
+    async def export_prefix(self, token_ids: list[int]) -> PrefixKV:
+        tokens, kv = await self.acall(lambda engine: engine.export_prefix(list(token_ids)))
+        return PrefixKV(tokens, kv)
+
+    async def import_prefix(self, token_ids: list[int], kv: HostKV, trajectory_id: str | None = None) -> int:
+        return await self.acall(lambda engine: engine.import_prefix(list(token_ids), kv, trajectory_id))
+
+    async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        await self.acall(lambda engine: engine.update_weights(state_dict, version))
+
+    async def health(self) -> EngineHealth:
+        if not self.alive:
+            return EngineHealth(False, self.engine.weight_version, self.restarts, str(self._error or "stopped"))
+        version = await self.acall(lambda engine: engine.weight_version)
+        return EngineHealth(True, version, self.restarts)
 
     async def shutdown(self) -> None:
         self._stopping.set()

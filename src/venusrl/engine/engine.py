@@ -25,6 +25,7 @@ from venusrl.engine.kv_pool import HostKV
 from venusrl.engine.request import PartialOutput
 from venusrl.engine.runner import ModelRunner
 from venusrl.engine.scheduler import Scheduler
+from venusrl.engine.stats import EngineStats
 from venusrl.model.causal_lm import CausalLM
 from venusrl.model.chat import ChatTokenizer, load_tokenizer
 from venusrl.model.checkpoint import load_model
@@ -258,8 +259,11 @@ class Engine:
             self.runner.pool.load(new_slots, kv.slice(offset, offset + len(new_slots)))
         return self.scheduler.commit_prefix(tokens, new_slots, offset, trajectory_id)
 
+    def typed_stats(self) -> EngineStats:
+        return replace(self.scheduler.stats(), weight_version=self.weight_version)
+
     def stats(self) -> dict[str, object]:
-        return {**self.scheduler.stats().to_dict(), "weight_version": self.weight_version}
+        return self.typed_stats().to_dict()
 
     # ---- internals -----------------------------------------------------------------------
 

@@ -94,15 +94,16 @@ def create_app(
 
     @app.get("/health")
     async def health():
-        if not engine.alive:
-            return JSONResponse({"status": "dead", "error": str(engine.error)}, status_code=503)
-        version = await engine.acall(lambda e: e.weight_version)
-        return {"status": "ok", "weight_version": version, "restarts": engine.restarts}
+        health = await engine.health()
+        if not health.alive:
+            return JSONResponse({"status": "dead", "error": health.error}, status_code=503)
+        return {"status": "ok", "weight_version": health.weight_version, "restarts": health.restarts}
+
 
     @app.post("/v1/trajectories/{trajectory_id}/release")
     async def release_trajectory(trajectory_id: str):
         try:
-            known = await engine.acall(lambda e: e.release_trajectory(trajectory_id))
+            known = await engine.release_trajectory(trajectory_id)
         except ValueError as err:
             return error_response(400, str(err), param="trajectory_id")
         if not known:
@@ -112,7 +113,8 @@ def create_app(
 
     @app.get("/stats")
     async def stats() -> dict[str, Any]:
-        return await engine.acall(lambda e: e.stats())
+        return (await engine.stats()).to_dict()
+
 
     @app.get("/v1/models")
     async def models() -> dict[str, Any]:

@@ -44,6 +44,7 @@ class EngineStats:
     live_trajectories: int = 0  # caller trajectories not yet released (explicitly or by idle TTL)
     running: int = 0
     waiting: int = 0
+    weight_version: int = 0  # set by the engine (the scheduler does not know weights)
 
     def to_dict(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}

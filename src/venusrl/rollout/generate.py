@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable
 
-from venusrl.engine.async_engine import AsyncEngine
+from venusrl.engine.async_engine import EngineStopped
+from venusrl.engine.client import EngineClient
 from venusrl.engine.engine import RequestOutput
 from venusrl.rollout.agent_loop import GenerateFn
 from venusrl.types import Priority, SamplingParams
 
+log = logging.getLogger(__name__)
 
-def engine_generate(engine: AsyncEngine, priority_of: Callable[[str], Priority | None] = lambda _: None) -> GenerateFn:
-    """One turn on an in-process engine, at the trajectory's current priority."""
+
+def engine_generate(engine: EngineClient, priority_of: Callable[[str], Priority | None] = lambda _: None) -> GenerateFn:
+    """One turn on an engine (in this process or not), at the trajectory's current priority."""
 
     async def generate(prompt_ids: list[int], sampling: SamplingParams, trajectory_id: str) -> RequestOutput:
         final = None
@@ -20,3 +25,12 @@ def engine_generate(engine: AsyncEngine, priority_of: Callable[[str], Priority |
         return final
 
     return generate
+
+
+async def release_quietly(engine: EngineClient, trajectory_id: str) -> None:
+    """Release a trajectory's references on its engine; an engine that has stopped (the fault
+    being handled, or the run's end) holds none any more."""
+    try:
+        await asyncio.shield(engine.release_trajectory(trajectory_id))
+    except EngineStopped as err:
+        log.info("trajectory %s: release skipped, engine stopped (%s)", trajectory_id, err)

@@ -27,12 +27,13 @@ from venusrl.coordinator.predictors import (
     examples_of_finished,
     query_from_trajectory,
 )
-from venusrl.engine.async_engine import AsyncEngine
+from venusrl.engine.client import EngineClient
 from venusrl.engine.engine import RequestOutput
 from venusrl.env.base import Environment
 from venusrl.model.chat import ChatTokenizer
 from venusrl.rollout.agent_loop import TurnOutput, run_agent_loop
 from venusrl.rollout.config import RolloutConfig
+from venusrl.rollout.generate import release_quietly
 from venusrl.rollout.orchestrator import choose_moves
 from venusrl.rollout.slots import SlotMode, SlotScheduler, steal_candidate
 from venusrl.sandbox.api import AsyncSandbox
@@ -75,7 +76,8 @@ class RolloutWorker:
     def __init__(
         self,
         coordinator: DataCoordinator,
-        engines: AsyncEngine | list[AsyncEngine],
+        engines: EngineClient | list[EngineClient],
+
         tokenizer: ChatTokenizer,
         env_factory: Callable[[], Environment],
         config: RolloutConfig,
@@ -194,8 +196,8 @@ class RolloutWorker:
     def _repriorise(self, policy: PriorityPolicy) -> None:
         """Only the trajectories whose group entered or left the HIGH set or whose promotion
         changed (O(change), as the simulator does): a trajectory started since reads the
-        current policy when it asks for a slot. Every one of them costs a call on its engine
-        thread, between steps."""
+        current policy when it asks for a slot. Every one of them costs a notification to its
+        engine."""
         old, self._applied_policy = self._applied_policy, policy
         for trajectory_id in self.coordinator.touched_by(policy, old):
             index = self._engine_of.get(trajectory_id)
@@ -203,7 +205,7 @@ class RolloutWorker:
                 continue
             priority = self._priority(trajectory_id, policy)
             self.slots[index].set_priority(trajectory_id, priority)
-            self.engines[index].call(lambda e, key=str(trajectory_id), p=priority: e.set_priority(key, p))
+            self.engines[index].set_priority(str(trajectory_id), priority)
 
     def _priority(self, trajectory_id: int, policy: PriorityPolicy | None = None) -> Priority:
         trajectory = self.coordinator.trajectory(trajectory_id)
@@ -218,8 +220,8 @@ class RolloutWorker:
             await asyncio.sleep(self.config.orchestration_interval_s)
             pressure, capacity, waiting = {}, {}, {}
             for index, engine in enumerate(self.engines):
-                pressure[index], capacity[index] = await engine.acall(
-                    lambda e: (e.stats()["high_pressure"], e.config.kv_capacity_tokens))
+                load = await engine.load()
+                pressure[index], capacity[index] = load.high_pressure, load.kv_capacity_tokens
                 waiting[index] = [(tid, len(self.coordinator.trajectory(tid).token_ids))
                                   for tid in self.slots[index].waiting
                                   if self.slots[index].priorities.get(tid, Priority.LOW) < Priority.LOW
@@ -246,23 +248,19 @@ class RolloutWorker:
             return  # finished or discarded meanwhile
         token_ids = list(trajectory.token_ids)
         key = str(trajectory_id)
-        exported, kv = await self.engines[source].acall(lambda e: e.export_prefix(token_ids))
+        prefix = await self.engines[source].export_prefix(token_ids)
         if trajectory_id not in self.slots[source].waiting or self._engine_of.get(trajectory_id) != source:
             return  # granted (or gone) while the KV was copied: it stays where it is
-        priority = self._priority(trajectory_id)
-
-        def adopt(engine) -> None:  # the trajectory is live on the target before its KV lands
-            engine.start_trajectory(key, priority)
-            if exported:
-                engine.import_prefix(token_ids[:exported], kv, key)
-
-        await self.engines[target].acall(adopt)
-        self.engines[source].call(lambda e: e.release_trajectory(key))
+        await self.engines[target].start_trajectory(key, self._priority(trajectory_id))  # live before its KV lands
+        if prefix.tokens:
+            await self.engines[target].import_prefix(token_ids[: prefix.tokens], prefix.kv, key)
+        await self.engines[source].release_trajectory(key)
         self.slots[source].release(trajectory_id, finished=True)
         self._engine_of[trajectory_id] = target
         self._grants.setdefault(trajectory_id, asyncio.Event()).set()  # re-request on the target
         self.migrations += 1
-        log.info("trajectory %d moved from engine %d to %d with %d prefix tokens", trajectory_id, source, target, exported)
+        log.info("trajectory %d moved from engine %d to %d with %d prefix tokens", trajectory_id, source, target,
+                 prefix.tokens)
 
     # ---- one trajectory --------------------------------------------------------------------
 
@@ -293,9 +291,9 @@ class RolloutWorker:
             self._queries.pop(trajectory_id, None)
             self._release(trajectory_id, finished=True)
             engine = self.engines[self._engine_of.pop(trajectory_id)]
-            engine.call(lambda e, key=str(trajectory_id): e.release_trajectory(key))
             del self._tasks[trajectory_id]
             self._changed.set()
+            await release_quietly(engine, str(trajectory_id))
             if sandbox is not None:
                 await _kill_quietly(sandbox, trajectory_id)
 
@@ -338,8 +336,7 @@ class RolloutWorker:
             if trajectory_id in slots.holders:
                 return
             priority = self._priority(trajectory_id)
-            if (self.mode == "priority" and priority < Priority.LOW and len(slots.holders) >= slots.slots
-                    and self.engines[index].engine.scheduler.counters.demotions):  # none ever: none paused
+            if self.mode == "priority" and priority < Priority.LOW and len(slots.holders) >= slots.slots:
                 await self._demote_slots_of_paused(index)
                 if self._engine_of.get(trajectory_id) != index or trajectory_id in slots.holders:
                     continue  # moved or granted while the engine answered
@@ -359,7 +356,7 @@ class RolloutWorker:
         HIGH work fills the pool, so it must not keep a HIGH slot: holding one while its turn
         stalls would stall the HIGH trajectories waiting for slots too. Its slot priority
         becomes LOW, which makes it preemptible; the rest get their coordinator priority."""
-        demoted = await self.engines[index].acall(lambda e: e.scheduler.demoted_trajectories())
+        demoted = await self.engines[index].demoted_trajectories()
         slots = self.slots[index]
         for other in [*slots.holders, *slots.waiting]:
             paused = str(other) in demoted

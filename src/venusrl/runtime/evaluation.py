@@ -27,7 +27,7 @@ from venusrl.env.registry import environment_factory
 from venusrl.model.chat import load_tokenizer
 from venusrl.model.checkpoint import load_model
 from venusrl.rollout.agent_loop import GenerateFn, run_agent_loop
-from venusrl.rollout.generate import engine_generate
+from venusrl.rollout.generate import engine_generate, release_quietly
 from venusrl.types import Prompt
 
 Scorer = Callable[[Episode], bool]
@@ -95,7 +95,8 @@ async def _rollouts(model_dir: Path, config: Config, prompts: list[Prompt], samp
         row = prompt.row()
         rollout = await run_agent_loop(env_factory(), row, generate, tokenizer,
                                        greedy if decoding == "greedy" else config.rollout, key)
-        engine.call(lambda e: e.release_trajectory(key))
+        await release_quietly(engine, key)
+
         episode = Episode(row, rollout.messages, rollout.finish_reason)
         scores = {"graded": rollout.reward, **{name: float(score(episode)) for name, score in scorers.items()}}
         group = str(row.get(breakdown, "")) if breakdown is not None else ""

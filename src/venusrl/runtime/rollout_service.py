@@ -19,7 +19,7 @@ from venusrl.engine.async_engine import AsyncEngine
 from venusrl.engine.engine import Engine
 from venusrl.env.registry import environment_factory
 from venusrl.rollout.agent_loop import run_agent_loop
-from venusrl.rollout.generate import engine_generate
+from venusrl.rollout.generate import engine_generate, release_quietly
 from venusrl.rollout.worker import RolloutWorker, create_sandbox, next_ready
 from venusrl.runtime.config import SchedulerPolicy
 from venusrl.sandbox.cluster import LocalCluster
@@ -93,8 +93,7 @@ class RolloutService:
         """Engines apply the weights at their next iteration boundary (in-flight requests
         carry on, each token recording its version); the coordinator retires the trained
         groups and refills the window."""
-        for engine in self.async_engines:
-            engine.call(lambda e: e.update_weights(weights, version))
+        await asyncio.gather(*(engine.update_weights(weights, version) for engine in self.async_engines))
         self.worker.on_weight_version(version)
 
     async def save_state(self, directory: Path) -> None:
@@ -112,13 +111,14 @@ class RolloutService:
                 "stale_discard_tokens": list(self.coordinator.stale_discard_tokens)}
 
     async def stats(self) -> dict[str, float]:
-        engine_stats = [await engine.acall(lambda e: e.stats()) for engine in self.async_engines]
-        prompt = sum(s["prompt_tokens"] for s in engine_stats)
-        cached = sum(s["cached_tokens"] for s in engine_stats)
+        engine_stats = [await engine.stats() for engine in self.async_engines]
+        health = [await engine.health() for engine in self.async_engines]
+        prompt = sum(s.prompt_tokens for s in engine_stats)
+        cached = sum(s.cached_tokens for s in engine_stats)
         stats = {"kv_hit_rate": cached / prompt if prompt else 0.0, "groups_ready": self.coordinator.ready_waiting,
                  "live_trajectories": self.worker.live_trajectories,
-                 "engine_live_trajectories": sum(s["live_trajectories"] for s in engine_stats),
-                 "engine_restarts": sum(engine.restarts for engine in self.async_engines)}
+                 "engine_live_trajectories": sum(s.live_trajectories for s in engine_stats),
+                 "engine_restarts": sum(h.restarts for h in health)}
         if self.cluster is not None:
             stats["sandboxes_live"] = len(self.cluster.controller.routes)
         return stats
@@ -153,8 +153,9 @@ class RolloutService:
                                                self.tokenizer, config, key, sandbox=sandbox)
                 return rollout.reward
             finally:
-                engine.call(lambda e: e.release_trajectory(key))
+                await release_quietly(engine, key)
                 if sandbox is not None:
+
                     await sandbox.kill()
 
         rewards = await asyncio.gather(*(one(i, prompt) for i, prompt in enumerate(prompts)))

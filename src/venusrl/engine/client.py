@@ -1,0 +1,95 @@
+"""`EngineClient`: everything a rollout worker, orchestrator, trainer or HTTP server asks of
+one engine, as typed calls. No closure crosses it, so an engine can live in this process
+(`AsyncEngine`), in another process or on another node (a remote client speaking a wire
+protocol), or in the simulator: the callers are the same code.
+
+Ordering: calls on one client take effect in the order they are made. `set_priority` is a
+notification (it returns nothing and is not awaited): it is ordered before every later call
+on the same client, which is what a caller re-prioritising and then generating relies on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from venusrl.engine.engine import RequestOutput
+from venusrl.engine.kv_pool import HostKV
+from venusrl.engine.stats import EngineStats
+from venusrl.types import Priority, SamplingParams
+
+
+@dataclass(slots=True, frozen=True)
+class EngineLoad:
+    """What placement and orchestration read: the HIGH/PROMOTED KV demand over capacity, the
+    capacity, and the trajectories the engine has demoted (residency-aware demotion: they
+    cannot get KV while HIGH work fills the pool)."""
+
+    high_pressure: float
+    kv_capacity_tokens: int
+    demoted: frozenset[str]
+
+
+@dataclass(slots=True, frozen=True)
+class PrefixKV:
+    """The KV of the first `tokens` tokens of a prefix, copied to host memory for another
+    engine (`kv.num_tokens == tokens`; 0 tokens when nothing page-aligned was cached)."""
+
+    tokens: int
+    kv: HostKV
+
+
+@dataclass(slots=True, frozen=True)
+class EngineHealth:
+    alive: bool
+    weight_version: int
+    restarts: int  # engine rebuilds after crashes inside a step
+    error: str | None = None  # why it died, when it did
+
+
+@runtime_checkable
+class EngineClient(Protocol):
+    def generate(self, prompt_ids: list[int], sampling: SamplingParams, priority: Priority | None = None,
+                 trajectory_id: str | None = None) -> AsyncIterator[RequestOutput]:
+        """One output per step that produced tokens, the last with `finished` set. Leaving the
+        iteration early aborts the request (its computed KV stays cached for a resume)."""
+        ...
+
+    async def abort(self, request_id: str) -> RequestOutput | None:
+        """Abort from outside the stream; its consumer sees the partial output, finished with
+        reason "abort". None when the request had already finished."""
+        ...
+
+    def set_priority(self, trajectory_id: str, priority: Priority) -> None: ...
+
+    async def start_trajectory(self, trajectory_id: str, priority: Priority) -> None: ...
+
+    async def release_trajectory(self, trajectory_id: str) -> bool:
+        """Its KV becomes plain cache; whether the trajectory was live."""
+        ...
+
+    async def demoted_trajectories(self) -> frozenset[str]:
+        """Cheap (no engine round trip) while the engine has never demoted anything."""
+        ...
+
+    async def load(self) -> EngineLoad: ...
+
+    async def stats(self) -> EngineStats: ...
+
+    async def export_prefix(self, token_ids: list[int]) -> PrefixKV: ...
+
+    async def import_prefix(self, token_ids: list[int], kv: HostKV, trajectory_id: str | None = None) -> int:
+        """Insert `token_ids[:kv.num_tokens]`'s KV; the tokens now cached. With a trajectory,
+        it references the prefix (it is about to resume here)."""
+        ...
+
+    async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        """Queued; applied at the engine's next iteration boundary."""
+        ...
+
+    async def health(self) -> EngineHealth: ...
+
+    async def shutdown(self) -> None: ...
