@@ -18,7 +18,7 @@ def data(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize(("kind", "name"), [("group_history", "gh.json"), ("learned", "m.pkl")])
+@pytest.mark.parametrize(("kind", "name"), [("group_history", "gh.json"), ("learned", "m.safetensors")])
 def test_train_then_eval(data, tmp_path, kind, name):
     model = tmp_path / name
     result = runner.invoke(app, ["predictor", "train", str(data), "--out", str(model), "--kind", kind, "--iterations", "40"])
@@ -34,7 +34,7 @@ def test_train_then_eval(data, tmp_path, kind, name):
 def test_malformed_rows_and_bad_kind_exit_2_with_the_reason(data, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(data.read_text().splitlines()[0] + "\n" + '{"messages": [], "remaining_tokens": 1}\n')
-    result = runner.invoke(app, ["predictor", "train", str(bad), "--out", str(tmp_path / "x.pkl")])
+    result = runner.invoke(app, ["predictor", "train", str(bad), "--out", str(tmp_path / "x.safetensors")])
     assert result.exit_code == 2
     assert "bad.jsonl:2: field 'messages' must be a non-empty list" in result.output
     result = runner.invoke(app, ["predictor", "train", str(data), "--out", str(tmp_path / "x"), "--kind", "magic"])

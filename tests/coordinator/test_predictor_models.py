@@ -5,6 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
+from safetensors.numpy import save_file
 from scipy.stats import spearmanr
 
 from venusrl.coordinator import PredictorConfig
@@ -102,16 +103,25 @@ def test_learned_save_load_and_bad_files(tmp_path, workload):
     train, test = workload
     learned = LearnedPredictor(buckets=16, iterations=10)
     with pytest.raises(PredictorError, match="fit it before saving"):
-        learned.save(tmp_path / "m.pkl")
+        learned.save(tmp_path / "m.safetensors")
     learned.fit(train[:300])
-    learned.save(tmp_path / "m.pkl")
-    again = make_predictor(PredictorConfig(kind="learned", path=str(tmp_path / "m.pkl")))
+    learned.save(tmp_path / "m.safetensors")
+    again = make_predictor(PredictorConfig(kind="learned", path=str(tmp_path / "m.safetensors")))
     queries = [e.query for e in test[:20]]
     assert np.allclose(again.predict_many(queries), learned.predict_many(queries))
-    (tmp_path / "other.pkl").write_bytes(pickle.dumps({"format": "x"}))
+    again.save(tmp_path / "again.safetensors")  # a loaded predictor saves what it loaded
+    assert np.allclose(LearnedPredictor.load(tmp_path / "again.safetensors").predict_many(queries),
+                       learned.predict_many(queries))
+    save_file({"x": np.zeros(1)}, str(tmp_path / "other.safetensors"), metadata={"format": "x"})
     with pytest.raises(PredictorError, match="not a learned predictor"):
-        LearnedPredictor.load(tmp_path / "other.pkl")
-    (tmp_path / "junk.pkl").write_bytes(b"not a pickle")
+        LearnedPredictor.load(tmp_path / "other.safetensors")
+    arrays = learned._forest.arrays()
+    arrays["left"] = arrays["left"] + 10**6  # a child index past the nodes
+    save_file(arrays, str(tmp_path / "bad.safetensors"), metadata={"format": "venusrl.learned/2", "buckets": "16",
+                                                                   "fallback": learned.fallback.to_json()})
+    with pytest.raises(PredictorError, match="malformed learned predictor.*out of range"):
+        LearnedPredictor.load(tmp_path / "bad.safetensors")
+    (tmp_path / "junk.pkl").write_bytes(pickle.dumps({"format": "venusrl.learned/1"}))  # the old pickle format
     with pytest.raises(PredictorError, match="cannot read learned predictor"):
         LearnedPredictor.load(tmp_path / "junk.pkl")
 

@@ -338,7 +338,7 @@ def run(quick: bool, trace: bool = False, case: RolloutCase | None = None) -> di
         task = progress.add_task("rollout bench", total=1 + len(MODES) * rounds)
         batch_s, train_examples = _calibrate(model_dir, case)
         progress.advance(task)
-        predictor_path = Path(tmp) / "predictor.pkl"
+        predictor_path = Path(tmp) / "predictor.safetensors"
         learned = make_predictor(PredictorConfig(kind="learned"))
         learned.fit(train_examples)
         learned.save(predictor_path)

@@ -29,7 +29,7 @@ class CoordinatorConfig(Section):
 
 class PredictorConfig(Section):
     kind: PredictorName = Field("learned", description="length predictor")
-    path: str | None = Field(None, description="trained predictor to load (learned: .pkl file, lm: directory)")
+    path: str | None = Field(None, description="trained predictor to load (learned: .safetensors file, lm: directory)")
     prior_remaining_tokens: float = Field(2048.0, gt=0, description="prediction before anything was observed")
     history_per_prompt: int = Field(64, ge=1, description="group_history: finished lengths kept per prompt")
     history_global: int = Field(4096, ge=1, description="group_history: finished lengths kept overall")

@@ -24,6 +24,34 @@ class FlatForest:
 
     __slots__ = ("baseline", "roots", "feature", "threshold", "missing_left", "left", "right", "is_leaf", "value")
 
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> FlatForest:
+        """The forest `arrays()` wrote; a missing or misshapen array raises ValueError."""
+        forest = cls.__new__(cls)
+        missing = [name for name in cls.__slots__ if name not in arrays]
+        if missing:
+            raise ValueError(f"forest arrays lack {missing}")
+        forest.baseline = float(np.asarray(arrays["baseline"]).ravel()[0])
+        forest.roots = np.asarray(arrays["roots"], dtype=np.intp).reshape(-1, 1)
+        for name, dtype in (("feature", np.intp), ("threshold", np.float64), ("missing_left", bool),
+                            ("left", np.intp), ("right", np.intp), ("is_leaf", bool), ("value", np.float64)):
+            setattr(forest, name, np.asarray(arrays[name]).astype(dtype))
+        size = forest.value.shape[0]
+        if any(getattr(forest, name).shape != (size,) for name in cls.__slots__[2:]):
+            raise ValueError("forest node arrays differ in length")
+        reached = np.concatenate([forest.roots.ravel(), forest.left[~forest.is_leaf], forest.right[~forest.is_leaf]])
+        if reached.size and (reached.min() < 0 or reached.max() >= size):
+            raise ValueError("forest node index out of range")
+        return forest
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Plain numeric arrays (bools as uint8), enough to rebuild the forest: what a saved
+        predictor stores instead of the sklearn model (no pickle)."""
+        out = {name: np.ascontiguousarray(getattr(self, name)) for name in self.__slots__[1:]}
+        out = {name: a.astype(np.uint8) if a.dtype == bool else a.astype(np.int64) if a.dtype == np.intp else a
+               for name, a in out.items()}
+        return {"baseline": np.array([self.baseline]), **out}
+
     def __init__(self, model: HistGradientBoostingRegressor) -> None:
         if getattr(model, "is_categorical_", None) is not None and np.any(model.is_categorical_):
             raise ValueError("FlatForest supports numeric splits only; the model has categorical features")

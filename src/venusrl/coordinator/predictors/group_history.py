@@ -64,28 +64,42 @@ class GroupHistoryPredictor:
         self.observe(examples)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps({
+        Path(path).write_text(self.to_json())
+
+    def to_json(self) -> str:
+        return json.dumps({
             "format": FORMAT,
             "prior_remaining_tokens": self.prior_remaining_tokens,
             "per_prompt": self.per_prompt,
             "global_size": self._global.maxlen,
             "by_prompt": {k: list(v) for k, v in self._by_prompt.items()},
             "global": list(self._global),
-        }))
+        })
 
     @classmethod
     def load(cls, path: str | Path) -> GroupHistoryPredictor:
         try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as err:
+            text = Path(path).read_text()
+        except OSError as err:
             raise PredictorError(f"{path}: cannot read group_history predictor ({err})") from None
+        return cls.from_json(text, str(path))
+
+    @classmethod
+    def from_json(cls, text: str, source: str) -> GroupHistoryPredictor:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise PredictorError(f"{source}: cannot read group_history predictor ({err})") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise PredictorError(f"{path}: not a group_history predictor (expected format {FORMAT!r})")
-        out = cls(data["prior_remaining_tokens"], data["per_prompt"], data["global_size"])
-        for prompt_id, lengths in data["by_prompt"].items():
-            out._by_prompt[prompt_id] = deque(lengths, maxlen=out.per_prompt)
-            out._seen.update((prompt_id, n) for n in lengths)
-        out._global.extend(data["global"])
+            raise PredictorError(f"{source}: not a group_history predictor (expected format {FORMAT!r})")
+        try:
+            out = cls(data["prior_remaining_tokens"], data["per_prompt"], data["global_size"])
+            for prompt_id, lengths in data["by_prompt"].items():
+                out._by_prompt[prompt_id] = deque(lengths, maxlen=out.per_prompt)
+                out._seen.update((prompt_id, n) for n in lengths)
+            out._global.extend(data["global"])
+        except (KeyError, TypeError, AttributeError) as err:
+            raise PredictorError(f"{source}: malformed group_history predictor ({err!r})") from None
         return out
 
     @staticmethod

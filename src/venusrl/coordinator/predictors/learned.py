@@ -4,7 +4,6 @@ from finished trajectories and refit in the background."""
 from __future__ import annotations
 
 import logging
-import pickle
 import threading
 from collections import deque
 from collections.abc import Sequence
@@ -12,6 +11,8 @@ from concurrent.futures import Executor
 from pathlib import Path
 
 import numpy as np
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import load_file, save_file
 from sklearn.ensemble import HistGradientBoostingRegressor
 from threadpoolctl import ThreadpoolController
 
@@ -22,7 +23,7 @@ from venusrl.coordinator.predictors.group_history import GroupHistoryPredictor
 from venusrl.coordinator.predictors.query import Example, PredictionQuery
 
 logger = logging.getLogger(__name__)
-FORMAT = "venusrl.learned/1"
+FORMAT = "venusrl.learned/2"  # safetensors: the forest's arrays, group_history as JSON metadata
 
 
 class LearnedPredictor:
@@ -66,8 +67,7 @@ class LearnedPredictor:
         self._targets: deque[float] = deque(maxlen=max_rows)
         self._rows_since_fit = 0
         self._refitting = False
-        self._model: HistGradientBoostingRegressor | None = None  # what `save` writes
-        self._forest: FlatForest | None = None  # the same trees, for `predict_many`
+        self._forest: FlatForest | None = None  # the fitted trees: what predicts and what `save` writes
         self.fits = 0
 
     @property
@@ -93,7 +93,7 @@ class LearnedPredictor:
             due = (
                 not self._refitting
                 and len(self._targets) >= self.min_rows
-                and (self._model is None or self._rows_since_fit >= self.refit_every)
+                and (self._forest is None or self._rows_since_fit >= self.refit_every)
             )
             if due:
                 self._refitting = True
@@ -143,7 +143,6 @@ class LearnedPredictor:
             # One thread: a background refit must not take the cores of the rollout path.
             with self._threads.limit(limits=1):
                 model.fit(x, y)
-            self._model = model
             self._forest = FlatForest(model)  # one reference swap: readers see the old or the new trees
             self.fits += 1
             logger.info("learned predictor refit %d on %d rows", self.fits, len(y))
@@ -154,24 +153,29 @@ class LearnedPredictor:
                 self._refitting = False
 
     def save(self, path: str | Path) -> None:
-        if self._model is None:
+        """One safetensors file: the trees as plain arrays; group_history and the hashing
+        buckets in its metadata. No pickle, so loading a file cannot run code."""
+        forest = self._forest
+        if forest is None:
             raise PredictorError("learned predictor has no model yet: fit it before saving")
-        with Path(path).open("wb") as f:
-            pickle.dump({"format": FORMAT, "buckets": self.buckets, "model": self._model,
-                         "fallback": self.fallback}, f)
+        save_file(forest.arrays(), str(path), metadata={
+            "format": FORMAT, "buckets": str(self.buckets), "fallback": self.fallback.to_json()})
 
     @classmethod
     def load(cls, path: str | Path, **kwargs) -> LearnedPredictor:
-        """Load a model written by `save` (a pickle: load only files you trust)."""
+        """Load a model written by `save`."""
         try:
-            with Path(path).open("rb") as f:
-                data = pickle.load(f)
-        except (OSError, pickle.UnpicklingError, EOFError) as err:
+            with safe_open(str(path), framework="numpy") as f:
+                metadata = f.metadata() or {}
+            arrays = load_file(str(path))
+        except (OSError, SafetensorError) as err:
             raise PredictorError(f"{path}: cannot read learned predictor ({err})") from None
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
+        if metadata.get("format") != FORMAT:
             raise PredictorError(f"{path}: not a learned predictor (expected format {FORMAT!r})")
-        out = cls(buckets=data["buckets"], **kwargs)
-        out._model = data["model"]
-        out._forest = FlatForest(data["model"])
-        out.fallback = data["fallback"]
+        try:
+            out = cls(buckets=int(metadata["buckets"]), **kwargs)
+            out._forest = FlatForest.from_arrays(arrays)
+        except (KeyError, ValueError) as err:
+            raise PredictorError(f"{path}: malformed learned predictor ({err})") from None
+        out.fallback = GroupHistoryPredictor.from_json(metadata.get("fallback", ""), f"{path} (group_history)")
         return out
