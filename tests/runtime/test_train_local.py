@@ -209,7 +209,7 @@ def test_aborted_engine_requests_resume_and_the_run_loses_nothing(tiny_model_dir
             await asyncio.to_thread(engine.wait_iterations, 10, 30)
             running = sorted(await engine.acall(lambda e: e.request_ids()))
             if running:
-                output = await asyncio.wrap_future(engine.abort(rng.choice(running)))
+                output = await engine.abort(rng.choice(running))
                 if output is not None:
                     aborted.append(output.finish_reason)
 

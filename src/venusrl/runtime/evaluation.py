@@ -21,14 +21,18 @@ from typing import Any
 
 from venusrl.config import Config
 from venusrl.engine.async_engine import AsyncEngine
+from venusrl.engine.client import EngineClient
 from venusrl.engine.engine import Engine
-from venusrl.env.base import Episode
+from venusrl.env.base import Environment, Episode
 from venusrl.env.registry import environment_factory
-from venusrl.model.chat import load_tokenizer
+from venusrl.model.chat import ChatTokenizer, load_tokenizer
 from venusrl.model.checkpoint import load_model
 from venusrl.rollout.agent_loop import GenerateFn, run_agent_loop
+from venusrl.rollout.config import RolloutConfig
 from venusrl.rollout.generate import engine_generate, release_quietly
-from venusrl.types import Prompt
+from venusrl.rollout.worker import create_sandbox
+from venusrl.sandbox.controller import SandboxController
+from venusrl.types import Priority, Prompt
 
 Scorer = Callable[[Episode], bool]
 
@@ -82,28 +86,47 @@ async def _rollouts(model_dir: Path, config: Config, prompts: list[Prompt], samp
                     scorers: dict[str, Scorer], breakdown: str | None) -> list[ScoredEpisode]:
     env_factory = environment_factory(config.rollout.environment)
     if env_factory.needs_sandbox:
-        raise ValueError(f"rollout.environment {config.rollout.environment!r}: held-out evaluation here runs "
-                         "environments without a sandbox")
+        raise ValueError(f"rollout.environment {config.rollout.environment!r}: held-out evaluation of a model "
+                         "directory runs environments without a sandbox (a training run evaluates with its sandboxes)")
     tokenizer = load_tokenizer(model_dir)
     engine = AsyncEngine(Engine(load_model(model_dir, config.model.dtype, config.model.device), config.engine,
                                 tokenizer))
-    generate = _seeded(engine_generate(engine), seed)
-    greedy = config.rollout.model_copy(update={"temperature": 0.0})
-
-    async def one(prompt: Prompt, decoding: str, index: int) -> ScoredEpisode:
-        key = f"eval-{decoding}-{prompt.id}-{index}"
-        row = prompt.row()
-        rollout = await run_agent_loop(env_factory(), row, generate, tokenizer,
-                                       greedy if decoding == "greedy" else config.rollout, key)
-        await release_quietly(engine, key)
-
-        episode = Episode(row, rollout.messages, rollout.finish_reason)
-        scores = {"graded": rollout.reward, **{name: float(score(episode)) for name, score in scorers.items()}}
-        group = str(row.get(breakdown, "")) if breakdown is not None else ""
-        return ScoredEpisode(prompt.id, decoding, group, scores, len(rollout.turns))
-
-    jobs = [one(p, "greedy", 0) for p in prompts] + [one(p, "sampled", i) for p in prompts for i in range(samples)]
     try:
-        return list(await asyncio.gather(*jobs))
+        return await scored_episodes([engine], tokenizer, env_factory, config.rollout, prompts, samples=samples,
+                                     seed=seed, scorers=scorers, breakdown=breakdown)
     finally:
         await engine.shutdown()
+
+
+async def scored_episodes(engines: list[EngineClient], tokenizer: ChatTokenizer, env_factory: Callable[[], Environment],
+                          rollout: RolloutConfig, prompts: list[Prompt], *, samples: int = 0, seed: int = 0,
+                          scorers: dict[str, Scorer] | None = None, breakdown: str | None = None,
+                          sandboxes: SandboxController | None = None,
+                          priority: Priority | None = None) -> list[ScoredEpisode]:
+    """One greedy and `samples` sampled episodes per prompt, spread over `engines`, each scored
+    by the environment's reward and `scorers`: the one evaluation loop, for a model directory
+    (`evaluate_model`) and for a training run's held-out accuracy (`RolloutService.evaluate`,
+    with its sandboxes and at HIGH priority, ahead of the rollout's own work)."""
+    greedy = rollout.model_copy(update={"temperature": 0.0})
+    generators = [_seeded(engine_generate(engine, lambda _: priority), seed) for engine in engines]
+
+    async def one(number: int, prompt: Prompt, decoding: str, index: int) -> ScoredEpisode:
+        key = f"eval-{decoding}-{prompt.id}-{index}"
+        row, env, sandbox = prompt.row(), env_factory(), None
+        engine = number % len(engines)
+        try:
+            if env.needs_sandbox:
+                sandbox = await create_sandbox(env, sandboxes, row=row)
+            result = await run_agent_loop(env, row, generators[engine], tokenizer,
+                                          greedy if decoding == "greedy" else rollout, key, sandbox=sandbox)
+        finally:
+            await release_quietly(engines[engine], key)
+            if sandbox is not None:
+                await sandbox.kill()
+        episode = Episode(row, result.messages, result.finish_reason)
+        scores = {"graded": result.reward, **{name: float(score(episode)) for name, score in (scorers or {}).items()}}
+        group = str(row.get(breakdown, "")) if breakdown is not None else ""
+        return ScoredEpisode(prompt.id, decoding, group, scores, len(result.turns))
+
+    jobs = [(p, "greedy", 0) for p in prompts] + [(p, "sampled", i) for p in prompts for i in range(samples)]
+    return list(await asyncio.gather(*(one(n, *job) for n, job in enumerate(jobs))))

@@ -18,10 +18,9 @@ from venusrl.coordinator.snapshot import CoordinatorSnapshot
 from venusrl.engine.async_engine import AsyncEngine
 from venusrl.engine.engine import Engine
 from venusrl.env.registry import environment_factory
-from venusrl.rollout.agent_loop import run_agent_loop
-from venusrl.rollout.generate import engine_generate, release_quietly
-from venusrl.rollout.worker import RolloutWorker, create_sandbox, next_ready
+from venusrl.rollout.worker import RolloutWorker, next_ready
 from venusrl.runtime.config import SchedulerPolicy
+from venusrl.runtime.evaluation import scored_episodes
 from venusrl.sandbox.cluster import LocalCluster
 from venusrl.sandbox.errors import SandboxError
 from venusrl.trainer.checkpoint import save_rollout_state
@@ -137,29 +136,14 @@ class RolloutService:
                 for v in views]
 
     async def evaluate(self, prompts: list[Prompt]) -> float:
-        """Mean reward of one greedy rollout per held-out prompt on the current weights."""
+        """Mean reward of one greedy rollout per held-out prompt on the current weights, at
+        HIGH priority (ahead of the rollout's work)."""
         if not prompts:
             return float("nan")
-        config = self.config.rollout.model_copy(update={"temperature": 0.0})
-
-        async def one(index: int, prompt: Prompt) -> float:
-            engine = self.async_engines[index % len(self.async_engines)]
-            key = f"eval-{index}"
-            env, sandbox = self.env_factory(), None
-            try:
-                if env.needs_sandbox:
-                    sandbox = await create_sandbox(env, self.cluster.controller, row=prompt.row())
-                rollout = await run_agent_loop(env, prompt.row(), engine_generate(engine, lambda _: Priority.HIGH),
-                                               self.tokenizer, config, key, sandbox=sandbox)
-                return rollout.reward
-            finally:
-                await release_quietly(engine, key)
-                if sandbox is not None:
-
-                    await sandbox.kill()
-
-        rewards = await asyncio.gather(*(one(i, prompt) for i, prompt in enumerate(prompts)))
-        return sum(rewards) / len(rewards)
+        episodes = await scored_episodes(self.async_engines, self.tokenizer, self.env_factory, self.config.rollout,
+                                         prompts, sandboxes=self.cluster.controller if self.cluster else None,
+                                         priority=Priority.HIGH)
+        return sum(e.scores["graded"] for e in episodes) / len(episodes)
 
     async def close(self) -> None:
         if self._task is not None:
