@@ -43,7 +43,7 @@ def watch_grow(s):
     s.kv.grow, s.cache.evict = tracked_grow, checked_evict
 
 
-def check_batch(s, batch, max_prefill_tokens):
+def check_batch(s, batch, max_prefill_tokens, waiting_before):
     """What one batch promises the runner: no slot written twice, only running requests
     computed (a request retracted as a victim may be admitted again in the same batch), and
     prefill within the token budget (a chunk of more than one token is always prefill;
@@ -55,6 +55,11 @@ def check_batch(s, batch, max_prefill_tokens):
     assert len(s.running) <= s.config.max_running_requests
     for key in s.demoted_trajectories():  # demotion touches only declared-HIGH trajectories
         assert s.config.demotion and s.cache.trajectories[key].priority == Priority.HIGH
+    # no priority inversion in admission (§4.3): a LOW request is admitted only when no
+    # PROMOTED/HIGH one is left waiting
+    admitted = [r for r in s.running if r.request_id in waiting_before]
+    if any(r.priority == Priority.LOW for r in admitted):
+        assert all(r.priority == Priority.LOW for r in s.waiting)
 
 
 def import_prefix(s, runner, rng, histories, live):
@@ -120,8 +125,9 @@ def drive(seed: int, steps: int, lifecycle: bool = False, **config):
             s.drop_all_kv()  # new weights: every computed token is stale
             s.check_integrity()
         stopped = {rid for rid in s.requests if rng.random() < 0.02}
+        waiting_before = {r.request_id for r in s.waiting}
         batch = s.schedule()
-        check_batch(s, batch, config.get("max_prefill_tokens", 64))
+        check_batch(s, batch, config.get("max_prefill_tokens", 64), waiting_before)
         for done in runner.run(s, batch, stopped) + batch.finished:
             if done.trajectory_id in live:
                 histories[done.trajectory_id] = done.prompt_ids + done.output_ids

@@ -100,12 +100,10 @@ class Scheduler:
             raise RuntimeError(
                 "schedule() called with a batch in flight or a prefix reservation open"
             )
+        # the boundary: one snapshot of trajectories, demotion and priorities for this batch
         self.apply_trajectory_changes()
         demotion.rebalance(self.config, self.cache, self.requests.values(), self.counters)
-        for request in self.requests.values():
-            trajectory = self.cache.trajectories.get(request.trajectory_key)
-            if trajectory is not None:  # a released trajectory's requests keep their last priority
-                request.priority = trajectory.effective
+        self._refresh_priorities()
         step = Step(self.config, self.kv, self.queue, self.counters, Batch(aborted=self._aborted))
         self._aborted = []
         budget = schedule_running(step, self.config.max_prefill_tokens)
@@ -115,6 +113,14 @@ class Scheduler:
         batch.kv_copies = self.take_kv_copies()
         self._in_flight = bool(batch.items)
         return batch
+
+    def _refresh_priorities(self) -> None:
+        """Each request runs at its trajectory's effective priority (declared, LOW while
+        demoted); a released trajectory's requests keep their last one."""
+        for request in self.requests.values():
+            trajectory = self.cache.trajectories.get(request.trajectory_key)
+            if trajectory is not None:
+                request.priority = trajectory.effective
 
     def on_batch_done(
         self, batch: Batch, sampled: Mapping[str, int], stopped: Collection[str] = ()
