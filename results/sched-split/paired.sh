@@ -6,8 +6,8 @@ cd "$(dirname "$0")/../.."  # the repository root
 for i in 1 2 3 4 5; do
   for side in old new; do
     if [ $side = old ]; then P=$OLD_SRC; else P=$PWD/src; fi
-    sim=$(PYTHONPATH=$P /work/main/.venv/bin/python results/sched-split/sim_case_cpu.py +migration 2>/dev/null)
-    loop=$(PYTHONPATH=$P /work/main/.venv/bin/python results/sched-split/scheduler_loop.py 2>/dev/null)
+    sim=$(PYTHONPATH=$P "${PYTHON:-python}" results/sched-split/sim_case_cpu.py +migration 2>/dev/null)
+    loop=$(PYTHONPATH=$P "${PYTHON:-python}" results/sched-split/scheduler_loop.py 2>/dev/null)
     echo "$i $side sim: $sim | loop: $loop"
   done
 done

@@ -1,5 +1,8 @@
-"""Wall time of one quick table1 case (batch 16, +kv_residency): CPU time, so less noisy than wall."""
-import time, sys
+"""Seconds (wall and CPU) of one quick table1 case, batch 16, under the system named in argv[1];
+CPU time is the figure to compare on a shared machine. Prints wall, CPU, throughput."""
+import sys
+import time
+
 from venusrl.sim.scenarios import table1
 from venusrl.sim.run import simulate
 from venusrl.sim.workload import WorkloadConfig
