@@ -63,15 +63,19 @@ def check_batch(s, batch, max_prefill_tokens, waiting_before):
 
 
 def import_prefix(s, runner, rng, histories, live):
-    """Migrate a known context in, as an engine importing exported KV does: reserve, write the
-    KV the way the runner would, commit; sometimes for a new caller trajectory."""
+    """Migrate a known context in, as an engine importing exported KV does: reserve (whole
+    pages, evicting no high_ref KV), write the KV the way the runner would, commit; sometimes
+    for a new caller trajectory."""
     tokens = rng.choice(sorted(histories.values()))
     traj = None
     if rng.random() < 0.5:
         traj = f"m{rng.randrange(3)}"
         s.start_trajectory(traj, Priority(rng.randrange(3)))
         live.add(traj)
+    high_ref_evicted = s.cache.evicted_tokens[Tier.HIGH_REF]
     new_slots, offset = s.reserve_prefix(tokens)
+    assert s.cache.evicted_tokens[Tier.HIGH_REF] == high_ref_evicted  # imports evict unused/low_ref only
+    assert offset % s.allocator.page_size == 0 and len(new_slots) % s.allocator.page_size == 0
     runner.apply_copies(s.take_kv_copies())  # what the reservation evicted to the host
     for i, slot in enumerate(new_slots, start=offset):
         runner.kv[slot] = (i, tokens[i])
