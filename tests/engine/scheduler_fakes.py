@@ -26,13 +26,16 @@ class FakeRunner:
         self.vocab = vocab
         self.sequences: dict[str, list[int]] = {}
 
-    def run(self, scheduler: Scheduler, batch, stopped=()):
-        sampled = {}
-        for copy in batch.kv_copies:
+    def apply_copies(self, copies):
+        for copy in copies:
             source, target = (self.kv, self.host) if copy.to_host else (self.host, self.kv)
             pairs = zip(copy.device_slots, copy.host_slots, strict=True)
             for src, dst in ((d, h) for d, h in pairs) if copy.to_host else ((h, d) for d, h in pairs):
                 target[dst] = source[src]
+
+    def run(self, scheduler: Scheduler, batch, stopped=()):
+        sampled = {}
+        self.apply_copies(batch.kv_copies)
         for item in batch.items:
             request = scheduler.requests[item.request_id]
             assert item.positions == list(

@@ -1,3 +1,6 @@
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from venusrl.engine.demotion import choose_demoted
 
 
@@ -40,3 +43,40 @@ def test_idle_first_pauses_tool_waiting_trajectories_before_generating_ones():
     assert choose_demoted(contexts, demotable, 50, active=active) == {"idle_mid", "idle_long", "gen_short"}
     # without `active`, shortest first regardless of activity (the paper's order)
     assert choose_demoted(contexts, demotable, 100) == {"gen_short", "idle_mid"}
+
+
+@st.composite
+def demand_cases(draw):
+    """HIGH/PROMOTED contexts, what demoting each frees (at most its context), the distinct
+    demand (at least the largest context, at most their sum), and a capacity around it."""
+    keys = draw(st.lists(st.text("abcdefgh", min_size=1, max_size=3), min_size=1, max_size=8, unique=True))
+    contexts = {k: draw(st.integers(1, 60)) for k in keys}
+    exclusive = {k: draw(st.integers(0, contexts[k])) for k in keys}
+    demand = draw(st.integers(max(contexts.values()), sum(contexts.values())))
+    demotable = {k: draw(st.booleans()) for k in keys}
+    active = draw(st.none() | st.sets(st.sampled_from(keys)))
+    capacity = draw(st.integers(0, sum(contexts.values()) + 10))
+    return contexts, demotable, capacity, exclusive, demand, active
+
+
+@settings(max_examples=300, deadline=None)
+@given(case=demand_cases())
+def test_demotes_the_shortest_prefix_of_its_order_that_fits(case):
+    """Only HIGH ones are demoted; nothing when the demand fits; otherwise exactly the first
+    m of the order (idle first with `active`, shortest context first, start order on ties)
+    for the least m whose freed tokens bring the demand within capacity, or all of them."""
+    contexts, demotable, capacity, exclusive, demand, active = case
+    demoted = choose_demoted(contexts, demotable, capacity, exclusive, demand, active)
+    assert all(demotable[k] for k in demoted)
+    order = sorted((k for k in contexts if demotable[k]),
+                   key=lambda k: (active is not None and k in active, contexts[k]))  # fmt: skip
+    m = 0
+    left = demand
+    while left > capacity and m < len(order):
+        left -= exclusive[order[m]]
+        m += 1
+    assert demoted == set(order[:m])
+    if demoted:
+        assert demand > capacity
+    if demand - sum(exclusive[k] for k in demoted) > capacity:
+        assert demoted == set(order)  # nothing HIGH left to demote
