@@ -46,3 +46,16 @@ def test_no_library_module_imports_the_command_line():
                        for target in targets if within(target, "venusrl.cli"))
     assert offenders == []
 
+
+
+def test_the_simulator_and_the_benchmarks_do_not_import_each_other():
+    """One direction only: the benchmarks fit and drive the simulator's cost model (bench ->
+    sim); the simulator imports nothing of the benchmarks; the trace format both read and
+    write sits below both (`venusrl.trace`)."""
+    graph = import_graph()
+    sim_to_bench = sorted(f"{module} imports {target}" for module, targets in graph.items()
+                          if within(module, "venusrl.sim") for target in targets if within(target, "venusrl.bench"))
+    assert sim_to_bench == []
+    trace_users = [module for module, targets in graph.items() if "venusrl.trace" in targets]
+    assert any(within(m, "venusrl.bench") for m in trace_users) and any(within(m, "venusrl.sim") for m in trace_users)
+    assert not any(within(t, "venusrl.bench") or within(t, "venusrl.sim") for t in graph["venusrl.trace"])

@@ -3,10 +3,10 @@ episode's plan (turns and tool latencies) with the chat template's lengths."""
 
 from __future__ import annotations
 
+from venusrl.bench import sim_validation as validate
 from venusrl.bench.rollout import QUICK, tasks
 from venusrl.bench.workload import plan_episode
 from venusrl.model.tiny import make_tiny_model
-from venusrl.sim import validate
 
 
 def test_a_synthetic_trace_follows_the_bench_plans(tmp_path):

@@ -1,4 +1,4 @@
-"""Validation against reality: the simulator, with a cost model fitted on this machine's
+"""`venusrl simulate --scenario validate`, the simulator against reality: the simulator, with a cost model fitted on this machine's
 tiny-model engine, against the measured rounds of `venusrl bench rollout` at its headline
 trainer time: time to the first B groups and time to the N-th step.
 
@@ -21,7 +21,6 @@ trainer time: time to the first B groups and time to the N-th step.
 
 from __future__ import annotations
 
-import json
 import random
 import statistics
 import tempfile
@@ -41,7 +40,8 @@ from venusrl.sim.cost_model import CostModel
 from venusrl.sim.run import SimSpec, simulate
 from venusrl.sim.systems import ROLLFLASH, SLIME, VENUS
 from venusrl.sim.trainer import TrainerCost
-from venusrl.sim.workload import WorkloadConfig, shared_prefix_length
+from venusrl.sim.workload import WorkloadConfig
+from venusrl.trace import shared_prefix_length, write_trace
 from venusrl.types import Prompt
 
 # The benchmark's modes (`bench.rollout.SETUPS`): the baselines on LRU, venus on tiers +
@@ -106,7 +106,7 @@ def simulate_round(case: bench.RolloutCase, cost: CostModel, rows: list[dict[str
     """(time to B groups, time to the N-th step) simulated for one benchmark round of `mode`
     replaying `rows`, with the benchmark's trainer (`trainer_s` per step, streamed as the
     bench streams it) and its predictor's measured accuracy."""
-    trace.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    write_trace(trace, rows)
     trainer = TrainerCost(token_s=0.0, step_s=trainer_s * (1 - case.gradient_fraction),
                           group_s=trainer_s * case.gradient_fraction / case.batch_groups)
     spec = SimSpec(MODES[mode], workload=WorkloadConfig(group_size=case.group_size, trace=str(trace)), model="tiny",
