@@ -54,8 +54,8 @@ def test_a_recorded_run_replays_as_the_turns_it_ran(tmp_path):
 
 @pytest.mark.parametrize(("line", "problem"), [
     ('{"prompt": "a", "index": 0, "turn": 0, "gen_tokens": 3}', "missing prompt_tokens"),
-    ('{"prompt": "a", "index": 0', "not a JSON object"),
-    ('[1, 2]', "not a JSON object"),
+    ('{"prompt": "a", "index": 0', "invalid JSON"),
+    ('[1, 2]', "row must be a JSON object"),
 ])
 def test_a_bad_row_is_named_by_file_and_line(tmp_path, line, problem):
     good = {"prompt": "a", "index": 0, "turn": 0, "prompt_tokens": 5, "gen_tokens": 3}
@@ -68,5 +68,5 @@ def test_a_bad_row_is_named_by_file_and_line(tmp_path, line, problem):
 def test_an_empty_trace_is_an_error(tmp_path):
     path = tmp_path / "trace.jsonl"
     write_trace(path, [])
-    with pytest.raises(ValueError, match="no turns"):
+    with pytest.raises(ValueError, match="no rows"):
         read_trace(path)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from venusrl.coordinator.dataset import jsonl_objects
 from venusrl.types import Group
 
 
@@ -46,21 +47,11 @@ def read_trace(path: str | Path) -> list[list[TrajectoryPlan]]:
     "gen_tokens", "obs_tokens", "tool_seconds", "shared_prompt_tokens"} (the last three
     optional); turns of one (prompt, index) in turn order."""
     rows: dict[str, dict[int, list[dict]]] = {}
-    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{number}: not a JSON object ({err.msg})") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}:{number}: not a JSON object (a {type(row).__name__})")
+    for _, where, row in jsonl_objects(path, "trace", ValueError):
         missing = {"prompt", "index", "turn", "prompt_tokens", "gen_tokens"} - row.keys()
         if missing:
-            raise ValueError(f"{path}:{number}: missing {', '.join(sorted(missing))}")
+            raise ValueError(f"{where}: missing {', '.join(sorted(missing))}")
         rows.setdefault(str(row["prompt"]), {}).setdefault(int(row["index"]), []).append(row)
-    if not rows:
-        raise ValueError(f"{path}: no turns")
     groups = []
     for by_index in rows.values():
         group = []
