@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from venusrl.coordinator.config import CoordinatorConfig, PredictorConfig
 from venusrl.demo_config import DemoConfig
@@ -63,6 +63,26 @@ class Config(Section):
     metrics: MetricsConfig = MetricsConfig()
     demo: DemoConfig = DemoConfig()
 
+    @model_validator(mode="after")
+    def _derive(self) -> Config:
+        """The coordinator ranks groups with the rule the scheduler section names (one place
+        says it); a baseline left at the default rule shows the one it runs (none), so a dumped
+        config loads again. Each assignment re-runs this validator once, with nothing left to
+        change."""
+        scheduler = self.scheduler
+        if "priority" not in scheduler.model_fields_set and scheduler.priority != scheduler.ranking:
+            self.scheduler = scheduler.model_copy(update={"priority": scheduler.ranking})
+        if self.coordinator.policy != self.scheduler.ranking:
+            self.coordinator = self.coordinator.model_copy(update={"policy": self.scheduler.ranking})
+        return self
+
+
+# Keys that moved: a config that still sets one gets an error naming its replacement.
+MOVED_KEYS = {
+    "coordinator.policy": "scheduler.priority (the rule venus ranks groups with; scheduler.policy says the "
+                          "slot mode, and the coordinator's rule is derived from both)",
+}
+
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read YAML (or start from defaults), apply `a.b.c=value` overrides, validate."""
@@ -76,10 +96,19 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
 
 
 def validate_config(data: dict[str, Any]) -> Config:
+    for key, replacement in MOVED_KEYS.items():
+        if _has_dotted(data, key):
+            raise ConfigError(f"{key}: no longer a config key; set {replacement}")
     try:
-        return Config.model_validate(data)
+        config = Config.model_validate(data)
     except ValidationError as err:
         raise ConfigError("invalid config:\n" + "\n".join(_describe(e) for e in err.errors())) from None
+    scheduler = config.scheduler
+    if "priority" in scheduler.model_fields_set and scheduler.ranking != scheduler.priority:
+        raise ConfigError(f"scheduler.priority: {scheduler.priority!r} ranks groups for venus's priority slots, "
+                          f"but scheduler.policy {scheduler.policy!r} ranks none; unset scheduler.priority "
+                          "or set scheduler.policy: venus")
+    return config
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -115,6 +144,15 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: top level must be a mapping of sections, got {type(data).__name__}")
     return data
+
+
+def _has_dotted(data: dict[str, Any], key: str) -> bool:
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 
 
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:

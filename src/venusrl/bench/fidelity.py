@@ -13,6 +13,8 @@ import math
 import statistics
 from pathlib import Path
 
+from venusrl.config import Config, validate_config
+
 FIDELITY_HEATMAP_PNG = "fidelity_version_span.png"
 FIDELITY_REWARD_PNG = "fidelity_reward.png"
 
@@ -30,8 +32,7 @@ def run_fidelity(configs: dict, policies: list[str], workdir: Path, progress: bo
         warm = warm_start(config, progress)
         before = evaluate(warm.sft_dir, config, warm.splits)
         for policy in policies:
-            summary = reinforce(config.model_copy(update={"scheduler": config.scheduler.model_copy(
-                update={"policy": policy})}), warm, before, progress)
+            summary = reinforce(with_scheduler_policy(config, policy), warm, before, progress)
             kinds = by_kind(read_metrics(Path(summary["run_dir"]) / METRICS_FILE))
             runs[policy].append({"seed": seed, "summary": summary, "rewards": reward_per_step(kinds.get("step", [])),
                                  "attempts": attempts(kinds.get("group", []), summary["stale_discard_tokens"])})
@@ -65,6 +66,16 @@ def run_fidelity(configs: dict, policies: list[str], workdir: Path, progress: bo
             "binomial_standard_error": round(math.sqrt(p * (1 - p) / held_out), 4) if held_out else None,
             "schedulers": schedulers,
             "figures": [str(workdir / FIDELITY_HEATMAP_PNG), str(workdir / FIDELITY_REWARD_PNG)]}
+
+
+def with_scheduler_policy(config: Config, policy: str) -> Config:
+    """`config` under another `scheduler.policy`, validated again so what derives from it
+    (the coordinator's rule) follows; a baseline ranks no group, whatever rule venus had."""
+    data = config.model_dump(mode="json")
+    data["scheduler"]["policy"] = policy
+    if policy != "venus":
+        del data["scheduler"]["priority"]
+    return validate_config(data)
 
 
 def table(report: dict) -> str:
