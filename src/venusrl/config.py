@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -91,6 +92,14 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
         data = _read_yaml(Path(path))
     for override in overrides:
         key, value = parse_override(override)
+        _set_dotted(data, key, value)
+    return validate_config(data)
+
+
+def config_from(settings: Mapping[str, Any]) -> Config:
+    """The defaults with `settings` ({"engine.page_size": 32, ...}: dotted keys to values) applied."""
+    data: dict[str, Any] = {}
+    for key, value in settings.items():
         _set_dotted(data, key, value)
     return validate_config(data)
 
