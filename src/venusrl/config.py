@@ -180,6 +180,8 @@ def _describe(error: dict[str, Any]) -> str:
     if error["type"] == "extra_forbidden":
         known = _known_keys(error["loc"][:-1])
         return f"  {path}: unknown key (known here: {', '.join(known)})"
+    if error["type"] == "value_error":  # a section's own check across its fields: its message says it all
+        return f"  {path}: {error['msg'].removeprefix('Value error, ')}"
     expected = _expected_type(error["loc"])
     given = error.get("input")
     return f"  {path}: {error['msg']} (expected {expected}, got {given!r})"
