@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from venusrl.config import ConfigError, load_config, parse_override
+from venusrl.config import ConfigError, load_config, parse_override, validate_config
 
 
 def write(tmp_path, text):
@@ -102,3 +102,27 @@ def test_chat_template_kwargs_and_tool_call_format():
         validate_config({"model": {"tool_call_format": "xml"}})
     with pytest.raises(ConfigError, match="model.chat_template_kwargs"):
         validate_config({"model": {"chat_template_kwargs": ["enable_thinking"]}})
+
+
+def test_the_scheduler_section_says_the_slot_mode_and_the_coordinators_rule():
+    venus = load_config(overrides=["scheduler.priority=critical_path"])
+    assert (venus.scheduler.slot_mode, venus.coordinator.policy) == ("priority", "critical_path")
+    baseline = load_config(overrides=["scheduler.policy=trajectory_level"])
+    assert (baseline.scheduler.slot_mode, baseline.coordinator.policy) == ("trajectory_level", "action_level")
+    assert baseline.scheduler.priority == "action_level"  # the rule it runs, not venus's default
+    assert "policy" not in venus.model_dump()["coordinator"]  # derived, so a dumped config loads again
+    for config in (venus, baseline):
+        assert validate_config(config.model_dump(mode="json")) == config
+
+
+def test_coordinator_policy_names_its_replacement(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("coordinator:\n  group_size: 4\n  policy: critical_path\n")
+    with pytest.raises(ConfigError, match=r"coordinator.policy: no longer a config key; set scheduler.priority"):
+        load_config(path)
+
+
+def test_a_baseline_with_a_ranking_rule_is_an_error():
+    with pytest.raises(ConfigError, match=r"scheduler.priority: 'fcfs' ranks groups.*'action_level' ranks none"):
+        load_config(overrides=["scheduler.policy=action_level", "scheduler.priority=fcfs"])
+    assert load_config(overrides=["scheduler.policy=action_level", "scheduler.priority=action_level"])

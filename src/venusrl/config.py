@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from venusrl.coordinator.config import CoordinatorConfig, PredictorConfig
 from venusrl.demo_config import DemoConfig
@@ -63,6 +64,26 @@ class Config(Section):
     metrics: MetricsConfig = MetricsConfig()
     demo: DemoConfig = DemoConfig()
 
+    @model_validator(mode="after")
+    def _derive(self) -> Config:
+        """The coordinator ranks groups with the rule the scheduler section names (one place
+        says it); a baseline left at the default rule shows the one it runs (none), so a dumped
+        config loads again. Each assignment re-runs this validator once, with nothing left to
+        change."""
+        scheduler = self.scheduler
+        if "priority" not in scheduler.model_fields_set and scheduler.priority != scheduler.ranking:
+            self.scheduler = scheduler.model_copy(update={"priority": scheduler.ranking})
+        if self.coordinator.policy != self.scheduler.ranking:
+            self.coordinator = self.coordinator.model_copy(update={"policy": self.scheduler.ranking})
+        return self
+
+
+# Keys that moved: a config that still sets one gets an error naming its replacement.
+MOVED_KEYS = {
+    "coordinator.policy": "scheduler.priority (the rule venus ranks groups with; scheduler.policy says the "
+                          "slot mode, and the coordinator's rule is derived from both)",
+}
+
 
 def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
     """Read YAML (or start from defaults), apply `a.b.c=value` overrides, validate."""
@@ -75,11 +96,28 @@ def load_config(path: str | Path | None = None, overrides: list[str] | tuple[str
     return validate_config(data)
 
 
+def config_from(settings: Mapping[str, Any]) -> Config:
+    """The defaults with `settings` ({"engine.page_size": 32, ...}: dotted keys to values) applied."""
+    data: dict[str, Any] = {}
+    for key, value in settings.items():
+        _set_dotted(data, key, value)
+    return validate_config(data)
+
+
 def validate_config(data: dict[str, Any]) -> Config:
+    for key, replacement in MOVED_KEYS.items():
+        if _has_dotted(data, key):
+            raise ConfigError(f"{key}: no longer a config key; set {replacement}")
     try:
-        return Config.model_validate(data)
+        config = Config.model_validate(data)
     except ValidationError as err:
         raise ConfigError("invalid config:\n" + "\n".join(_describe(e) for e in err.errors())) from None
+    scheduler = config.scheduler
+    if "priority" in scheduler.model_fields_set and scheduler.ranking != scheduler.priority:
+        raise ConfigError(f"scheduler.priority: {scheduler.priority!r} ranks groups for venus's priority slots, "
+                          f"but scheduler.policy {scheduler.policy!r} ranks none; unset scheduler.priority "
+                          "or set scheduler.policy: venus")
+    return config
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -117,6 +155,15 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
+def _has_dotted(data: dict[str, Any], key: str) -> bool:
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
 def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
     node = data
     parts = key.split(".")
@@ -133,6 +180,8 @@ def _describe(error: dict[str, Any]) -> str:
     if error["type"] == "extra_forbidden":
         known = _known_keys(error["loc"][:-1])
         return f"  {path}: unknown key (known here: {', '.join(known)})"
+    if error["type"] == "value_error":  # a section's own check across its fields: its message says it all
+        return f"  {path}: {error['msg'].removeprefix('Value error, ')}"
     expected = _expected_type(error["loc"])
     given = error.get("input")
     return f"  {path}: {error['msg']} (expected {expected}, got {given!r})"

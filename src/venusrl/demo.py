@@ -39,8 +39,8 @@ from venusrl.env.calculator import (
 from venusrl.model.chat import load_tokenizer
 from venusrl.model.checkpoint import load_model
 from venusrl.model.tiny import make_tiny_model
-from venusrl.runtime.cli import run_training
 from venusrl.runtime.evaluation import evaluate_model
+from venusrl.runtime.launch import run_training
 from venusrl.trainer.checkpoint import latest_checkpoint
 from venusrl.trainer.sft import sft_examples, train_sft
 

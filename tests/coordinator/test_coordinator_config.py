@@ -20,7 +20,7 @@ def test_defaults_follow_the_paper():
     ("override", "message"),
     [
         ("coordinator.async_factor=0.5", "coordinator.async_factor"),
-        ("coordinator.policy=lifo", "coordinator.policy"),
+        ("scheduler.priority=lifo", "scheduler.priority"),
         ("coordinator.groupsize=4", "coordinator.groupsize: unknown key"),
         ("predictor.kind=magic", "predictor.kind"),
     ],

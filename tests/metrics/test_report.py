@@ -10,7 +10,7 @@ from tests.metrics.synthetic_run import (
 )
 from typer.testing import CliRunner
 
-from venusrl.metrics.cli import report
+from venusrl.cli.report import report
 from venusrl.metrics.report import PLOTS, write_report
 from venusrl.metrics.writer import MetricsWriter
 

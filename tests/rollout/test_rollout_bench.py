@@ -7,7 +7,7 @@ import pytest
 
 from venusrl.bench.rollout import MODES, QUICK, RolloutCase, _round, run, tasks
 from venusrl.model.tiny import make_tiny_model
-from venusrl.sim.workload import read_trace
+from venusrl.trace import read_trace
 
 SMALL = RolloutCase(batch_groups=2, group_size=2, async_factor=1.5, engines=1, slots_per_engine=2,
                     kv_tokens_per_engine=4000, tokens_per_turn=4, tool_latency_mean_s=0.01, max_turns=3, steps=3)

@@ -27,7 +27,7 @@ def make_config(model_dir: Path, steps: int, **sections) -> Config:
     data = {
         "model": {"path": str(model_dir)},
         "run": {"runtime": "ray"},
-        "coordinator": {"group_size": 4, "batch_groups": 2, "async_factor": 1.5, "policy": "length_prediction"},
+        "coordinator": {"group_size": 4, "batch_groups": 2, "async_factor": 1.5},
         "predictor": {"kind": "group_history"},
         "rollout": {"environment": "calculator", "max_turns": 3, "max_new_tokens_per_turn": 24, "max_total_tokens": 1024},
         "engine": {"kv_capacity_tokens": 32768, "page_size": 16},

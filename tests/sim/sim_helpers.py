@@ -17,9 +17,13 @@ SMALL_WORKLOAD = WorkloadConfig(
 SMALL_COST = CostModel(fixed_s=0.01, token_s=2e-5, kv_token_s=1e-7, reload_token_s=2e-6, kv_capacity_tokens=4000)
 
 
-def small_spec(name: str, policy: str | None = None, **fields) -> SimSpec:
-    options = dict(workload=SMALL_WORKLOAD, generation_gpus=2, batch_groups=2, async_factor=1.5, steps=3,
-                   quantum=16, slots_per_engine=3, cost=SMALL_COST, trainer=TrainerCost(token_s=1e-4, step_s=1.0),
-                   weight_sync_s=0.1)
+# The small cluster's training-config settings: B = 2, three slots per engine.
+SMALL_CLUSTER = {"coordinator.batch_groups": 2, "coordinator.async_factor": 1.5, "scheduler.slots_per_engine": 3}
+
+
+def small_spec(name: str, policy: str | None = None, config: dict | None = None, **fields) -> SimSpec:
+    """`config`: training-config settings (dotted keys) over SMALL_CLUSTER; `fields`: SimSpec's."""
+    options = dict(workload=SMALL_WORKLOAD, generation_gpus=2, steps=3, quantum=16, cost=SMALL_COST,
+                   trainer=TrainerCost(token_s=1e-4, step_s=1.0), weight_sync_s=0.1)
     options.update(fields)
-    return SimSpec(system(name, policy), **options)
+    return SimSpec(system(name, policy, {**SMALL_CLUSTER, **(config or {})}), **options)

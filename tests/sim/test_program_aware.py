@@ -25,7 +25,7 @@ def test_running_requests_never_exceed_the_slots_and_every_step_completes(monkey
     result = run.simulate(spec)
     assert result.steps == 4
     assert result.engine["demotions"] > 0  # the pool is small enough for demotion to run
-    assert most[0] <= spec.slots_per_engine
+    assert most[0] <= spec.config.scheduler.slots_per_engine
 
 
 def test_a_paused_holder_gives_its_slot_to_a_runnable_trajectory(monkeypatch):

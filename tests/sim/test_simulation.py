@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from tests.sim.sim_helpers import SMALL_WORKLOAD, small_spec
 
@@ -61,9 +59,8 @@ def test_a_prompt_prefix_every_prompt_shares_is_computed_once_per_engine():
 
 
 def test_tokens_reloaded_from_the_host_tier_are_hits_not_recomputation():
-    spec = small_spec("rollflash")
-    with_host = run.simulate(spec).engine
-    without = run.simulate(replace(spec, system=replace(spec.system, host_tier=False))).engine
+    with_host = run.simulate(small_spec("rollflash", config={"engine.host_kv_capacity_tokens": 1 << 20})).engine
+    without = run.simulate(small_spec("rollflash")).engine
     assert with_host["reloaded_tokens"] > 0 and without["reloaded_tokens"] == 0
     assert without["recomputed_tokens"] > 0  # the small pool evicts
     assert with_host["recomputed_tokens"] < without["recomputed_tokens"]
@@ -78,7 +75,7 @@ def test_venus_reaches_the_last_step_no_later_than_action_level_on_a_contended_c
     a bound on the worst."""
     ratios = []
     for seed in range(6):
-        fields = {"steps": 4, "seed": seed, "batch_groups": 4, "async_factor": 1.5, "slots_per_engine": 2}
+        fields = {"steps": 4, "seed": seed, "config": {"coordinator.batch_groups": 4, "scheduler.slots_per_engine": 2}}
         action_level = run.simulate(small_spec("rollflash", **fields))
         venus = run.simulate(small_spec("venus", **fields))
         assert action_level.steps == venus.steps == 4

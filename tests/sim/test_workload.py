@@ -10,9 +10,8 @@ from venusrl.sim.workload import (
     WorkloadConfig,
     coarsened,
     load_workload,
-    read_trace,
-    recorded_trace,
 )
+from venusrl.trace import read_trace
 
 
 @settings(max_examples=30, deadline=None)
@@ -66,48 +65,6 @@ def test_the_example_workload_file_loads():
 
     config = load_workload(Path(__file__).parents[2] / "examples/sim/swe_agent.yaml")
     assert config.max_turns == 300 and config.max_total_tokens == 131072 and config.group_size == 8
-
-
-def _recorded_group(group_id: int, seq: int, prompt: list[int], turns_per_trajectory: list[list[tuple[int, int, float | None]]]):
-    """A group as a run leaves it: each trajectory's token ids and its turns (context tokens
-    fed before the turn, tokens generated, tool seconds after it)."""
-    from venusrl.types import Group, Prompt, Trajectory, Turn
-
-    group_prompt = Prompt(id=f"p{group_id}", messages=())
-    trajectories = []
-    for index, turns in enumerate(turns_per_trajectory):
-        t = Trajectory(id=10 * group_id + index, group_id=group_id, index=index, attempt=0, prompt=group_prompt,
-                       start_version=0)
-        t.token_ids = list(prompt)
-        for context, generated, tool in turns:
-            if t.turns:
-                t.token_ids += [7] * context
-            t.token_ids += [9] * generated
-            t.turns.append(Turn(0, context, generated, 0.0, 0.0, tool))
-        trajectories.append(t)
-    return Group(id=group_id, seq=seq, prompt=group_prompt, trajectories=trajectories, admitted_at=0.0)
-
-
-def test_a_recorded_run_replays_as_the_turns_it_ran(tmp_path):
-    system = [1, 2, 3, 4, 5]
-    first = _recorded_group(0, seq=1, prompt=system + [20, 21], turns_per_trajectory=[
-        [(7, 30, 0.5), (12, 4, None)],  # a tool call, then a last turn with no tool after it
-        [(7, 32, 0.0)],  # a malformed call: an extra turn that no tool answered
-    ])
-    second = _recorded_group(1, seq=0, prompt=system + [30], turns_per_trajectory=[[(6, 8, 0.25)], []])
-    rows = recorded_trace([first, second])
-    path = tmp_path / "trace.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in rows))
-    replayed = read_trace(path)
-    admitted_first = replayed[0]
-
-    assert rows[0]["prompt"] == "p1"  # admission order, not the order given
-    assert len(admitted_first) == 1  # a trajectory that ran no turn is not replayed
-    assert admitted_first[0].prompt_tokens == 6 and admitted_first[0].shared_prompt_tokens == 5
-    a, b = replayed[1]
-    assert (a.prompt_tokens, a.shared_prompt_tokens) == (7, 5)
-    assert [(t.gen_tokens, t.obs_tokens, t.tool_seconds) for t in a.turns] == [(30, 12, 0.5), (4, 0, 0.0)]
-    assert [(t.gen_tokens, t.obs_tokens, t.tool_seconds) for t in b.turns] == [(32, 0, 0.0)]
 
 
 @settings(max_examples=30, deadline=None)

@@ -158,12 +158,21 @@ def test_token_logprobs_and_entropy():
 
 
 def test_config_validation():
-    with pytest.raises(ValueError, match="icepop_low < icepop_high"):
+    with pytest.raises(ValueError, match=r"icepop_low \(2.0\) must be below icepop_high \(1.0\)"):
         PolicyLossConfig(icepop_low=2.0, icepop_high=1.0)
     with pytest.raises(ValueError, match="tis_cap"):
         PolicyLossConfig(tis_cap=0.0)
     with pytest.raises(ValueError, match="clip_low"):
         PolicyLossConfig(clip_low=1.0)
+
+
+def test_the_trainer_section_is_the_loss_config():
+    from venusrl.config import ConfigError, load_config
+
+    trainer = load_config(overrides=["trainer.clip_high=0.3", "trainer.tis_cap=null"]).trainer
+    assert isinstance(trainer, PolicyLossConfig) and (trainer.clip_high, trainer.tis_cap) == (0.3, None)
+    with pytest.raises(ConfigError, match=r"trainer: icepop_low \(3.0\) must be below icepop_high \(2.0\)"):
+        load_config(overrides=["trainer.icepop_low=3.0"])
 
 
 token_values = st.lists(

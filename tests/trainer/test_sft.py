@@ -7,13 +7,13 @@ import typer
 from tests.rollout.scripted import Scripted
 from typer.testing import CliRunner
 
+from venusrl.cli.sft import sft
 from venusrl.env.base import Episode
 from venusrl.env.calculator import CALCULATE_TOOL, CalculatorEnv, demonstration, generate_dataset
 from venusrl.model.chat import load_tokenizer
 from venusrl.model.checkpoint import load_model
 from venusrl.rollout.agent_loop import run_agent_loop
 from venusrl.rollout.config import RolloutConfig
-from venusrl.trainer.cli import sft
 from venusrl.trainer.sft import (
     SFTDataError,
     SFTExample,

@@ -12,7 +12,6 @@ from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
 from venusrl.trainer.config import TrainerConfig
 from venusrl.trainer.losses import (
-    PolicyLossConfig,
     group_advantages,
     policy_loss,
     token_logprobs_and_entropy,
@@ -53,8 +52,7 @@ def _group(model, group_id: int, rewards: list[float], seed: int) -> Group:
 
 def _batch_loss(model, groups: list[Group], config: TrainerConfig) -> torch.Tensor:
     """The token-mean loss of the whole batch in one computation (what streaming must equal)."""
-    loss_config = PolicyLossConfig(clip_low=config.clip_low, clip_high=config.clip_high, tis_cap=config.tis_cap,
-                                   icepop_low=config.icepop_low, icepop_high=config.icepop_high)
+    loss_config = config  # the trainer section is the loss config
     total, tokens = 0.0, 0
     for group in groups:
         advantages = group_advantages(torch.tensor([t.reward for t in group.trajectories]), config.advantage)

@@ -9,46 +9,14 @@ accuracy on the held-out set."""
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from pathlib import Path
-from typing import Annotated
 
-import typer
+from venusrl.config import Config, validate_config
 
 FIDELITY_HEATMAP_PNG = "fidelity_version_span.png"
 FIDELITY_REWARD_PNG = "fidelity_reward.png"
-
-
-def fidelity(
-    config_path: Annotated[Path, typer.Argument(metavar="CONFIG.yaml", help="a demo configuration")] = Path("examples/demo.yaml"),
-    overrides: Annotated[list[str] | None, typer.Argument(help="dotted key=value overrides")] = None,
-    seeds: Annotated[str, typer.Option(help="comma-separated run.seed values")] = "0,1",
-    policies: Annotated[str, typer.Option(help="comma-separated scheduler.policy values")] = "venus,action_level",
-    workdir: Annotated[Path, typer.Option(help="models, runs and PNGs go here")] = Path("runs/fidelity"),
-    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
-    progress: Annotated[bool, typer.Option(help="show the SFT and training progress bars")] = True,
-) -> None:
-    """Reward per step, held-out accuracy and version spans by trajectory length of each
-    scheduler on the demo's task, same seeds and SFT model for all."""
-    from venusrl.cli_support import load_config_or_exit
-
-    seed_list = [int(s) for s in seeds.split(",") if s.strip()]
-    policy_list = [p.strip() for p in policies.split(",") if p.strip()]
-    configs = {seed: load_config_or_exit(config_path, [*(overrides or []), f"run.seed={seed}",
-                                                       f"demo.workdir={workdir / f'seed-{seed}'}"])
-               for seed in seed_list}
-    for policy in policy_list:  # a bad policy name fails here, before any training
-        load_config_or_exit(config_path, [*(overrides or []), f"scheduler.policy={policy}"])
-    report = run_fidelity(configs, policy_list, workdir, progress)
-    report["command"] = (f"venusrl bench fidelity {config_path} {' '.join(overrides or [])} --seeds {seeds} "
-                         f"--policies {policies} --workdir {workdir}")
-    text = json.dumps(report, indent=2)
-    if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(text + "\n")
-    typer.echo(_table(report))
 
 
 def run_fidelity(configs: dict, policies: list[str], workdir: Path, progress: bool = True) -> dict:
@@ -64,8 +32,7 @@ def run_fidelity(configs: dict, policies: list[str], workdir: Path, progress: bo
         warm = warm_start(config, progress)
         before = evaluate(warm.sft_dir, config, warm.splits)
         for policy in policies:
-            summary = reinforce(config.model_copy(update={"scheduler": config.scheduler.model_copy(
-                update={"policy": policy})}), warm, before, progress)
+            summary = reinforce(with_scheduler_policy(config, policy), warm, before, progress)
             kinds = by_kind(read_metrics(Path(summary["run_dir"]) / METRICS_FILE))
             runs[policy].append({"seed": seed, "summary": summary, "rewards": reward_per_step(kinds.get("step", [])),
                                  "attempts": attempts(kinds.get("group", []), summary["stale_discard_tokens"])})
@@ -101,7 +68,17 @@ def run_fidelity(configs: dict, policies: list[str], workdir: Path, progress: bo
             "figures": [str(workdir / FIDELITY_HEATMAP_PNG), str(workdir / FIDELITY_REWARD_PNG)]}
 
 
-def _table(report: dict) -> str:
+def with_scheduler_policy(config: Config, policy: str) -> Config:
+    """`config` under another `scheduler.policy`, validated again so what derives from it
+    (the coordinator's rule) follows; a baseline ranks no group, whatever rule venus had."""
+    data = config.model_dump(mode="json")
+    data["scheduler"]["policy"] = policy
+    if policy != "venus":
+        del data["scheduler"]["priority"]
+    return validate_config(data)
+
+
+def table(report: dict) -> str:
     lines = [f"{'scheduler':16s} {'after RL per seed':22s} {'gain per seed':20s} {'longest 5% discarded':>20s}"]
     for name, s in report["schedulers"].items():
         lines.append(f"{name:16s} {', '.join(f'{a:.3f}' for a in s['accuracy_after_per_seed']):22s} "

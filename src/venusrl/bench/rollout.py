@@ -67,7 +67,7 @@ from venusrl.rollout.slots import SlotMode
 from venusrl.rollout.worker import RolloutWorker, next_ready
 from venusrl.sim.cost_model import StepSample, fit
 from venusrl.sim.trainer import StreamingTrainerClock
-from venusrl.sim.workload import recorded_trace
+from venusrl.trace import recorded_trace
 from venusrl.types import Prompt
 
 

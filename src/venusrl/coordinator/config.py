@@ -10,6 +10,7 @@ from venusrl.schema import Section
 
 PolicyName = Literal["fcfs", "action_level", "length_prediction", "critical_path", "oracle"]
 PredictorName = Literal["group_history", "learned", "lm"]
+DEFAULT_POLICY: PolicyName = "length_prediction"  # the paper's rule (§4.2)
 
 
 class CoordinatorConfig(Section):
@@ -17,7 +18,10 @@ class CoordinatorConfig(Section):
     batch_groups: int = Field(32, ge=1, description="B: groups per optimizer step")
     async_factor: float = Field(1.5, ge=1.0, description="at most ceil(async_factor x B) groups in flight")
     max_version_span: int = Field(2, ge=0, description="weight versions a trajectory may span before it is discarded")
-    policy: PolicyName = Field("length_prediction", description="priority policy (oracle: simulator only)")
+    policy: PolicyName = Field(
+        DEFAULT_POLICY, exclude=True,
+        description="the rule that ranks groups; in a training config it is not set here but derived from the "
+        "scheduler section (`SchedulerConfig.ranking`), so it is left out of a dumped config (oracle: simulator only)")
     promote_at_boundary: bool = Field(True, description="PROMOTED priority at the last admissible weight version")
     max_reruns: int = Field(3, ge=0, description="re-runs of one trajectory slot before its prompt is dropped")
     prior_remaining_tokens: float = Field(2048.0, gt=0, description="remaining-token guess before any trajectory finished")

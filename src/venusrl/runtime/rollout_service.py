@@ -19,7 +19,6 @@ from venusrl.engine.async_engine import AsyncEngine
 from venusrl.engine.engine import Engine
 from venusrl.env.registry import environment_factory
 from venusrl.rollout.worker import RolloutWorker, next_ready
-from venusrl.runtime.config import SchedulerPolicy
 from venusrl.runtime.evaluation import scored_episodes
 from venusrl.sandbox.cluster import LocalCluster
 from venusrl.sandbox.errors import SandboxError
@@ -27,14 +26,6 @@ from venusrl.trainer.checkpoint import save_rollout_state
 from venusrl.types import Group, Priority, Prompt
 
 log = logging.getLogger(__name__)
-
-SLOT_MODES = {"venus": "priority", "action_level": "action_level", "trajectory_level": "trajectory_level"}
-
-
-def coordinator_policy(config: Config) -> str:
-    """The baselines have no priority: their coordinator publishes none."""
-    return config.coordinator.policy if config.scheduler.policy == "venus" else "action_level"
-
 
 class RolloutService:
     def __init__(
@@ -48,7 +39,7 @@ class RolloutService:
         sandbox_cluster: Any = None,  # in place of a LocalCluster: has .controller and .close(); closed by close()
     ) -> None:
         self.config = config
-        policy: SchedulerPolicy = config.scheduler.policy
+        policy = config.scheduler.policy
         self.engines = [Engine.from_pretrained(model_dir, config.engine, dtype=config.model.dtype, device=config.model.device)
                         for _ in range(config.scheduler.engines)]
         for engine in self.engines:
@@ -57,9 +48,9 @@ class RolloutService:
         self.tokenizer = self.engines[0].tokenizer
         self.env_factory = environment_factory(config.rollout.environment)
         self.cluster = (sandbox_cluster or LocalCluster(config.sandbox)) if self.env_factory.needs_sandbox else None
-        coordinator_config = config.coordinator.model_copy(update={"policy": coordinator_policy(config)})
-        self.coordinator = (DataCoordinator.restore(coordinator_config, snapshot, prompts) if snapshot is not None
-                            else DataCoordinator(coordinator_config, prompts, weight_version=weight_version))
+        # config.coordinator.policy is derived from the scheduler section (`Config._derive`)
+        self.coordinator = (DataCoordinator.restore(config.coordinator, snapshot, prompts) if snapshot is not None
+                            else DataCoordinator(config.coordinator, prompts, weight_version=weight_version))
         self.predictor = None
         if policy == "venus":
             predictor_config = config.predictor
@@ -71,7 +62,7 @@ class RolloutService:
         self._task: asyncio.Task | None = None
         self.worker = RolloutWorker(
             self.coordinator, self.async_engines, self.tokenizer, self.env_factory, config.rollout,
-            slots=config.scheduler.slots_per_engine, mode=SLOT_MODES[policy], predictor=self.predictor,
+            slots=config.scheduler.slots_per_engine, mode=config.scheduler.slot_mode, predictor=self.predictor,
             sandboxes=self.cluster.controller if self.cluster else None, on_ready=self.ready.put_nowait)
         log.info("rollout: %d engine(s), %s scheduling, environment %s, weight version %d",
                  len(self.engines), policy, config.rollout.environment, weight_version)

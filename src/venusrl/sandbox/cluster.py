@@ -8,7 +8,6 @@ stdin) removes every cgroup, sandbox and zygote it started.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import secrets
@@ -19,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from venusrl.sandbox.cgroups import Cgroup, detect_layout
@@ -114,15 +113,8 @@ def wait_for_node(process: subprocess.Popen, timeout_s: float = 30.0) -> None:
 
 def node_settings(config: SandboxConfig, node_id: str, address: str, token: str, budget: int, cgroup: str,
                   workdir: Path) -> NodeSettings:
-    c = config
-    return NodeSettings(
-        node_id=node_id, address=address, token=token, budget=budget, cgroup=cgroup, workdir=str(workdir),
-        admission=c.admission, share_pages=c.share_pages, alpha=c.alpha, min_headroom=c.min_headroom,
-        reaction_time_s=c.reaction_time_s, growth_window_s=c.growth_window_s,
-        control_interval_s=c.control_interval_s, cold_start_s=c.cold_start_s, pids_limit=c.pids_limit,
-        oom_grace_s=c.oom_grace_s, default_memory_limit=int(c.memory_limit),
-        cold_start_default=None if c.cold_start_default is None else int(c.cold_start_default),
-        image_store=c.image_store, exactly_once=c.exactly_once)
+    return NodeSettings(node_id=node_id, address=address, token=token, budget=budget, cgroup=cgroup,
+                        workdir=str(workdir), sandbox=config)
 
 
 def start_node_process(settings: NodeSettings) -> tuple[subprocess.Popen, str]:
@@ -133,7 +125,7 @@ def start_node_process(settings: NodeSettings) -> tuple[subprocess.Popen, str]:
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
     assert process.stdin is not None and process.stdout is not None
     # The token travels on the pipe, never on a command line.
-    process.stdin.write(json.dumps(asdict(settings)).encode() + b"\n")
+    process.stdin.write(settings.to_json().encode() + b"\n")
     process.stdin.flush()
     ready, _, _ = select.select([process.stdout], [], [], START_TIMEOUT_S)
     line = process.stdout.readline().decode().strip() if ready else ""

@@ -10,19 +10,21 @@ the controller migrates the largest sandbox away, asks for a fresh status, repea
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import re
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from venusrl.sandbox import admission, protocol
 from venusrl.sandbox.backends.process import ProcessBackend, SandboxProcess
 from venusrl.sandbox.cgroups import Cgroup, OomWatcher, detect_layout
+from venusrl.sandbox.config import SandboxConfig
 from venusrl.sandbox.errors import (
     AdmissionRefused,
     InvalidRequest,
@@ -32,7 +34,6 @@ from venusrl.sandbox.errors import (
     TemplateError,
 )
 from venusrl.sandbox.flight import CommandFence
-from venusrl.sandbox.image.store import DEFAULT_STORE
 from venusrl.sandbox.profiles import ColdStartProfiles
 from venusrl.sandbox.template import Template
 
@@ -41,26 +42,25 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class NodeSettings:
+    """What one node agent is told: who it is (identity, address, budget, cgroup) and the
+    `sandbox` section of the config it runs under, as is."""
+
     node_id: str
     address: str  # unix:/path or tcp:127.0.0.1:port
     token: str
     budget: int
     cgroup: str  # relative cgroup path of the node
     workdir: str
-    admission: str = "dynamic"
-    share_pages: bool = True
-    alpha: float = 1.5
-    min_headroom: float = 0.05
-    reaction_time_s: float = 1.0
-    growth_window_s: float = 2.0
-    control_interval_s: float = 0.25
-    cold_start_s: float = 1.0
-    pids_limit: int = 256
-    oom_grace_s: float = 30.0
-    default_memory_limit: int = 512 << 20
-    cold_start_default: int | None = None  # None: a template's declared size until profiled
-    image_store: str = DEFAULT_STORE
-    exactly_once: bool = True  # snapshot the layer at each command's start (flight.py)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+
+    def to_json(self) -> str:
+        return json.dumps({**{f.name: getattr(self, f.name) for f in fields(self) if f.name != "sandbox"},
+                           "sandbox": self.sandbox.model_dump(mode="json")})
+
+    @classmethod
+    def from_json(cls, text: str) -> NodeSettings:
+        data = json.loads(text)
+        return cls(**{**data, "sandbox": SandboxConfig.model_validate(data.get("sandbox", {}))})
 
 
 @dataclass
@@ -83,8 +83,8 @@ class NodeAgent:
         layout = detect_layout()
         self.cgroup = Cgroup(layout, settings.cgroup).create()
         self.cgroup.hold_oom(settings.budget)
-        self.backend = ProcessBackend(self.cgroup, self.workdir, settings.share_pages, settings.pids_limit,
-                                      settings.image_store)
+        self.backend = ProcessBackend(self.cgroup, self.workdir, settings.sandbox.share_pages, settings.sandbox.pids_limit,
+                                      settings.sandbox.image_store)
         self.profiles_path = self.workdir / "profiles.json"
         self.profiles = ColdStartProfiles.load(self.profiles_path)
         self._tracked: dict[str, _Tracked] = {}
@@ -107,18 +107,18 @@ class NodeAgent:
             thread.start()
         log.info("node %s up: budget %d MiB, cgroup v%d %s, admission=%s, share_pages=%s",
                  settings.node_id, settings.budget >> 20, layout.version, settings.cgroup,
-                 settings.admission, settings.share_pages)
+                 settings.sandbox.admission, settings.sandbox.share_pages)
 
     # measurements ----------------------------------------------------------------------
     def _control_loop(self) -> None:
-        while not self._stop.wait(self.settings.control_interval_s):
+        while not self._stop.wait(self.settings.sandbox.control_interval_s):
             try:
                 self.sample(time.monotonic())
             except Exception:  # noqa: BLE001 - a failed sample must not stop the loop
                 log.exception("node %s: sampling failed", self.settings.node_id)
 
     def sample(self, now: float) -> None:
-        window = self.settings.growth_window_s
+        window = self.settings.sandbox.growth_window_s
         with self._lock:
             sandboxes = self.backend.all()
         learned = False
@@ -133,13 +133,13 @@ class NodeAgent:
             tracked.samples.append((now, used))
             while tracked.samples and tracked.samples[0][0] < now - window:
                 tracked.samples.popleft()
-            if not tracked.observed and now - tracked.started_at >= self.settings.cold_start_s:
+            if not tracked.observed and now - tracked.started_at >= self.settings.sandbox.cold_start_s:
                 self.profiles.observe(tracked.key, used)
                 tracked.observed = learned = True
         if learned:
             self.profiles.save(self.profiles_path)
-        if self.oom_active and now - self._oom_since > self.settings.oom_grace_s:
-            self.fall_back_to_kernel(f"unresolved after {self.settings.oom_grace_s:.0f}s")
+        if self.oom_active and now - self._oom_since > self.settings.sandbox.oom_grace_s:
+            self.fall_back_to_kernel(f"unresolved after {self.settings.sandbox.oom_grace_s:.0f}s")
         if self._released and self.m_used() < 0.9 * self.settings.budget:
             self.cgroup.hold_oom(self.settings.budget)
             self._released = False
@@ -152,22 +152,22 @@ class NodeAgent:
         with self._lock:
             tracked = list(self._tracked.values())
         views = [admission.SandboxMemory(tuple(t.samples), t.started_at if t.ready else now, t.cold_start_bytes,
-                                         self.settings.cold_start_s)
+                                         self.settings.sandbox.cold_start_s)
                  for t in tracked]
-        return admission.estimate_active_growth(views, now, self.settings.growth_window_s, self.settings.reaction_time_s)
+        return admission.estimate_active_growth(views, now, self.settings.sandbox.growth_window_s, self.settings.sandbox.reaction_time_s)
 
     def decide(self, key: str, memory_limit: int, candidate_bytes: float | None, now: float) -> admission.AdmissionDecision:
-        if self.settings.admission == "declared":
+        if self.settings.sandbox.admission == "declared":
             with self._lock:
                 declared = sum(s.memory_limit for s in self.backend.all())
-                declared += sum(1 for sid in self._tracked if sid not in self.backend.sandboxes) * self.settings.default_memory_limit
+                declared += sum(1 for sid in self._tracked if sid not in self.backend.sandboxes) * int(self.settings.sandbox.memory_limit)
             return admission.decide_declared(self.settings.budget, declared, memory_limit)
         g_candidate = candidate_bytes if candidate_bytes is not None else self.profiles.estimate(key, self._unprofiled(memory_limit))
         return admission.decide(self.settings.budget, self.m_used(), self.g_active(now), g_candidate,
-                                self.settings.alpha, self.settings.min_headroom)
+                                self.settings.sandbox.alpha, self.settings.sandbox.min_headroom)
 
     def _unprofiled(self, memory_limit: int) -> float:
-        default = self.settings.cold_start_default
+        default = self.settings.sandbox.cold_start_default
         return memory_limit if default is None else min(default, memory_limit)
 
     def status(self) -> dict[str, Any]:
@@ -175,7 +175,7 @@ class NodeAgent:
         g_active = self.g_active(now)
         m_used = self.m_used()
         budget = self.settings.budget
-        threshold = 1.0 - max(self.settings.alpha * g_active, self.settings.min_headroom * budget) / budget
+        threshold = 1.0 - max(self.settings.sandbox.alpha * g_active, self.settings.sandbox.min_headroom * budget) / budget
         with self._lock:
             sandboxes = [{"sandbox_id": s.sandbox_id, "template": s.template.name, "group_id": s.group_id,
                           "bytes": s.cgroup.memory_usage() if s.cgroup.exists() else 0,
@@ -185,8 +185,8 @@ class NodeAgent:
                 "g_active": g_active, "threshold": threshold, "sandboxes": sandboxes,
                 "groups": sorted({s["group_id"] for s in sandboxes if s["group_id"]}),
                 "oom_active": self.oom_active, "oom_events": self.oom_events, "under_oom": self.under_oom(m_used),
-                "oom_kills": self.cgroup.oom_kills(), "alpha": self.settings.alpha,
-                "min_headroom": self.settings.min_headroom}
+                "oom_kills": self.cgroup.oom_kills(), "alpha": self.settings.sandbox.alpha,
+                "min_headroom": self.settings.sandbox.min_headroom}
 
     # OOM ---------------------------------------------------------------------------------
     def under_oom(self, m_used: int) -> bool:
@@ -253,12 +253,12 @@ class NodeAgent:
     def create(self, request: dict[str, Any]) -> dict[str, Any]:
         sandbox_id = _sandbox_id(request)
         template = _template(request)
-        memory_limit = _positive_int(request, "memory_limit", self.settings.default_memory_limit)
+        memory_limit = _positive_int(request, "memory_limit", int(self.settings.sandbox.memory_limit))
         group_id = request.get("group_id")
         if group_id is not None and not isinstance(group_id, str):
             raise InvalidRequest(f"group_id: expected a string or null, got {group_id!r}")
         state = request.get("state")
-        key = ColdStartProfiles.key(template.name, self.settings.share_pages)
+        key = ColdStartProfiles.key(template.name, self.settings.sandbox.share_pages)
         now = time.monotonic()
         with self._admit_lock:
             candidate = float(state["bytes"]) if state and "bytes" in state else None
@@ -331,7 +331,7 @@ class NodeAgent:
             raise InvalidRequest(f"env: expected a mapping of strings to strings, got {env!r}")
         call = {"op": "run", "cmd": cmd, "timeout": float(timeout), "cwd": cwd, "env": env}
         layer = sandbox.layer
-        once = self.settings.exactly_once
+        once = self.settings.sandbox.exactly_once
         with self._fence(sandbox).command(layer.snapshot if once else None, layer.drop_snapshot if once else None):
             return self._forward(sandbox, lambda: self.backend.run(sandbox, call, frozen=self._frozen))
 
@@ -371,7 +371,7 @@ class NodeAgent:
             raise type(reason)(str(reason))
         log.info("node %s: sandbox %s crashed, restarting from its layer", self.settings.node_id, sandbox.sandbox_id)
         sandbox.cgroup.kill_all()
-        if self.settings.exactly_once and sandbox.layer.restore_snapshot():
+        if self.settings.sandbox.exactly_once and sandbox.layer.restore_snapshot():
             log.info("node %s: sandbox %s: files restored to the interrupted command's start",
                      self.settings.node_id, sandbox.sandbox_id)
         self.backend.start(sandbox)
@@ -401,13 +401,13 @@ class NodeAgent:
         in_flight = fence.begin_export()
         try:
             state = self.backend.export(sandbox)
-            if in_flight and self.settings.exactly_once:
+            if in_flight and self.settings.sandbox.exactly_once:
                 state["layer"] = base64.b64encode(sandbox.layer.archive(at_command_start=True)).decode()
             state["bytes"] = sandbox.cgroup.memory_usage()
         except BaseException:
             fence.end_export(None)
             raise
-        state["in_flight_from_snapshot"] = in_flight and self.settings.exactly_once
+        state["in_flight_from_snapshot"] = in_flight and self.settings.sandbox.exactly_once
         return state
 
     def export_abort(self, request: dict[str, Any]) -> None:

@@ -10,7 +10,6 @@ is gone).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -128,7 +127,7 @@ def _stop_on_eof(server: _Server) -> None:
 
 def main() -> None:
     setup_logging(os.environ.get("VENUSRL_LOG_LEVEL", "INFO"))
-    settings = NodeSettings(**json.loads(sys.stdin.readline()))
+    settings = NodeSettings.from_json(sys.stdin.readline())
     serve(settings)
 
 

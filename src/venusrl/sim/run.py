@@ -7,12 +7,11 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from venusrl.coordinator.config import CoordinatorConfig
+from venusrl.config import Config
 from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.coordinator.policies import make_rule
-from venusrl.engine.config import EngineConfig
 from venusrl.sim.cost_model import MODELS, CostModel, preset
 from venusrl.sim.engine import SimEngine
 from venusrl.sim.events import EventLoop
@@ -28,24 +27,23 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class SimSpec:
+    """One simulated run. The cluster's settings that the training config has (B, K's window,
+    the staleness bound, slots, engine limits, what a weight update does to cached KV) are
+    `system.config`, the training config with the system's preset and the cell's settings
+    applied (`systems.system`); the fields here are what only a simulation has."""
+
     system: SystemSpec
     workload: WorkloadConfig = field(default_factory=WorkloadConfig)
     model: str = "qwen3-4b"
     tp: int = 1
     generation_gpus: int = 16
     train_gpus: int = 16
-    batch_groups: int = 32
-    async_factor: float = 1.5
-    max_version_span: int = 1  # the paper discards samples spanning 3+ versions
     steps: int = 4  # optimizer steps to run
     measure_from: int = 1  # throughput counts steps after this one (warm-up excluded)
     quantum: int = 64  # real tokens per simulated unit
-    slots_per_engine: int = 64
-    max_running_requests: int = 256
     predictor_spearman: float = 0.98  # the paper's Fig. 16a
     prediction_latency_s: float = 0.05
     weight_sync_s: float = 1.0
-    kv_after_weight_update: Literal["recompute", "keep"] = "keep"
     network_bytes_per_s: float = 25e9  # host-to-host KV copy for migration
     seed: int = 0
     cost: CostModel | None = None  # None: the preset of `model` at `tp`
@@ -53,6 +51,10 @@ class SimSpec:
     max_sim_seconds: float = float("inf")
     max_events: int | None = None
     tool_seconds_prior: float | None = None  # None: the workload's median
+
+    @property
+    def config(self) -> Config:
+        return self.system.config
 
 
 @dataclass(slots=True)
@@ -98,13 +100,13 @@ def simulate(spec: SimSpec, progress: Callable[[float, int], None] | None = None
     cost = spec.cost or preset(spec.model, spec.tp)
     loop = EventLoop()
     token_ids = itertools.count()
-    engine_config = EngineConfig(
-        page_size=1, kv_capacity_tokens=cost.kv_capacity_tokens // q, max_running_requests=spec.max_running_requests,
-        max_prefill_tokens=max(1, 16384 // q), chunked_prefill_size=max(1, 8192 // q),
-        cache_policy=spec.system.cache_policy, demotion=spec.system.demotion,
-        demotion_order=spec.system.demotion_order,
-        kv_after_weight_update=spec.kv_after_weight_update,
-    )  # fmt: skip
+    settings = spec.config
+    # The training config's engine in simulated units: one unit a page, the pool the cost model's.
+    # Its host tier is the simulated engine's (`host_tier`, reloads priced), not the scheduler's.
+    engine_config = settings.engine.model_copy(update={
+        "page_size": 1, "kv_capacity_tokens": cost.kv_capacity_tokens // q, "host_kv_capacity_tokens": 0,
+        "max_prefill_tokens": max(1, settings.engine.max_prefill_tokens // q),
+        "chunked_prefill_size": max(1, settings.engine.chunked_prefill_size // q)})
     engines = [
         SimEngine(i, loop, engine_config, cost, q, token_ids, on_finished=lambda *_: None,
                   host_tier=spec.system.host_tier, weight_sync_s=spec.weight_sync_s)
@@ -114,13 +116,12 @@ def simulate(spec: SimSpec, progress: Callable[[float, int], None] | None = None
     mean_units = sum(p.gen_tokens for p in sample) / len(sample) / q
     mean_turn_units = mean_units * len(sample) / sum(len(p.turns) for p in sample)
     tool_prior = spec.tool_seconds_prior if spec.tool_seconds_prior is not None else spec.workload.tool_seconds_median
-    config = CoordinatorConfig(
-        group_size=workload.group_size, batch_groups=spec.batch_groups, async_factor=spec.async_factor,
-        max_version_span=spec.max_version_span, policy=spec.system.policy,
-        prior_remaining_tokens=mean_units, prior_tokens_per_turn=mean_turn_units,
-        prior_seconds_per_token=cost.iteration_seconds(q, 0, [mean_units] * spec.slots_per_engine, 0),
-        prior_tool_seconds=max(0.0, tool_prior),
-    )  # fmt: skip
+    slots_per_engine = settings.scheduler.slots_per_engine
+    # The training config's coordinator; K is the workload's, the priors its means in units.
+    config = settings.coordinator.model_copy(update={
+        "group_size": workload.group_size, "prior_remaining_tokens": mean_units, "prior_tokens_per_turn": mean_turn_units,
+        "prior_seconds_per_token": cost.iteration_seconds(q, 0, [mean_units] * slots_per_engine, 0),
+        "prior_tool_seconds": max(0.0, tool_prior)})
     worker_ref: list[SimWorker] = []
 
     def true_remaining(trajectory: Trajectory) -> float:
@@ -139,10 +140,10 @@ def simulate(spec: SimSpec, progress: Callable[[float, int], None] | None = None
         if version >= spec.steps:
             loop.stop()
 
-    trainer = SimTrainer(loop, spec.trainer or trainer_preset(spec.model, spec.train_gpus), spec.batch_groups, on_step)
+    trainer = SimTrainer(loop, spec.trainer or trainer_preset(spec.model, spec.train_gpus), config.batch_groups, on_step)
 
     def on_ready(group: Group) -> None:
-        if coordinator.counts.ready == spec.batch_groups and not first_batch:
+        if coordinator.counts.ready == config.batch_groups and not first_batch:
             first_batch.append(loop.now)
         trainer.add_group(q * sum(len(t.token_ids) for t in group.trajectories))
 
@@ -164,7 +165,7 @@ def simulate(spec: SimSpec, progress: Callable[[float, int], None] | None = None
         predictor = NoisyLengthPredictor(spec.predictor_spearman, spread, spec.prediction_latency_s, spec.seed)
     kv_bytes = MODELS[spec.model].kv_bytes_per_token if spec.model in MODELS else 0
     worker = SimWorker(
-        loop, coordinator, engines, spec.system, spec.slots_per_engine,
+        loop, coordinator, engines, spec.system, slots_per_engine,
         plan_of=lambda t: workload.plan(t.prompt.metadata["index"], t.index, t.attempt),
         prompt_ids_of=prompt_ids_of, token_ids=token_ids, quantum=q, on_ready=on_ready,
         predictor=predictor, transfer_s_per_unit=q * kv_bytes / spec.network_bytes_per_s,

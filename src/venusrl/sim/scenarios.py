@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from venusrl.sim.cost_model import MODELS as MODEL_SHAPES
 from venusrl.sim.run import SimSpec
 from venusrl.sim.systems import system
 from venusrl.sim.workload import WorkloadConfig, coarsened
@@ -46,9 +47,32 @@ class Case:
     specs: tuple[SimSpec, ...]
 
 
-def _spec(name: str, fidelity: Fidelity, workload: WorkloadConfig, policy: str | None = None, **fields) -> SimSpec:
-    return SimSpec(system(name, policy), workload=coarsened(workload, fidelity.coarsen), quantum=fidelity.quantum,
-                   steps=fidelity.steps, slots_per_engine=16, **fields)
+HOST_MEMORY_BYTES_PER_GPU = 1.8e12 / 8  # §6.1: nodes of 8 GPUs with 1.8 TB of host memory
+
+
+def paper_cluster(model: str, tp: int) -> dict[str, object]:
+    """The paper's settings (§6.1) where they differ from the training config's defaults, each
+    with its reason; every other setting is the default a training run uses."""
+    return {
+        # "discarding samples whose generation spans three or more weight versions": the
+        # coordinator discards a trajectory once version - start_version > max_version_span,
+        # and three versions are a span of 2.
+        "coordinator.max_version_span": 1,
+        # "we enable the hierarchical cache (HiCache) in SGLang to support offloading KV Cache
+        # to L2 host memory": every system's engine has a host tier, the host memory of its GPUs.
+        "engine.host_kv_capacity_tokens": int(tp * HOST_MEMORY_BYTES_PER_GPU // MODEL_SHAPES[model].kv_bytes_per_token),
+        # SGLang's prefill budgets on Hopper GPUs (the paper's engines), not the CPU-sized defaults.
+        "engine.max_prefill_tokens": 16384,
+        "engine.chunked_prefill_size": 8192,
+    }
+
+
+def _spec(name: str, fidelity: Fidelity, workload: WorkloadConfig, policy: str | None = None, *, model: str,
+          tp: int, batch_groups: int, async_factor: float, **fields) -> SimSpec:
+    settings = {**paper_cluster(model, tp), "coordinator.batch_groups": batch_groups,
+                "coordinator.async_factor": async_factor}
+    return SimSpec(system(name, policy, settings), workload=coarsened(workload, fidelity.coarsen), model=model, tp=tp,
+                   quantum=fidelity.quantum, steps=fidelity.steps, **fields)
 
 
 def fig10(quick: bool, workload: WorkloadConfig, extra_policy: str | None = None) -> Iterator[Case]:

@@ -1,67 +1,120 @@
-"""The systems compared, each a configuration of the same code (paper §6.1 and Table 1).
+"""The systems compared, each a preset of the training config (paper §6.1 and Table 1): a
+named set of overrides of the real config sections, which the simulator reads through the
+same `Config` the training run reads. What a preset does not set is the real default.
 
-- `slime`: trajectory-level slots (a trajectory keeps its slot through tool calls), FCFS,
-  SGLang's LRU radix cache with the host tier (HiCache).
-- `rollflash`: action-level slots, FCFS, LRU + host tier.
+- `slime`: trajectory-level slots (`scheduler.policy: trajectory_level`: a trajectory keeps
+  its slot through tool calls), no group priority, SGLang's LRU radix cache.
+- `rollflash`: action-level slots (`scheduler.policy: action_level`), no group priority, LRU.
 - `thunderagent`: program-aware scheduling (ThunderAgent) with no trainer priority: every
-  program is HIGH in the engine, and when the programs' KV outgrows the pool the engine's
-  demotion pauses the programs with no request in the engine (waiting on a tool or for a
-  slot) first, smallest first, then generating ones, smallest first
-  (`demotion_order="idle_first"`; a paused generating request is retracted before others).
-  Concurrency is the same bound as the others' (`slots_per_engine` per engine,
-  `max_running_requests`): the slots are granted non-paused programs before paused ones, and
-  a non-paused program that finds them full takes the slot of the latest paused holder, so a
-  paused program never blocks the programs whose KV keeps it paused.
-- `venus`: priority slots, the length-prediction policy, tiers + demotion, orchestration. As
-  in §4.3, a demoted trajectory is LOW, for its slot as well as its KV.
-- Table 1's ablations: `action_level` (the baseline: rollflash with venus's engine), then
-  `+priority`, `+kv_residency`, `+migration` (= venus).
+  program is HIGH in the engine (`scheduler.priority: action_level` marks no group, and the
+  worker declares every program HIGH), and when the programs' KV outgrows the pool the
+  engine's demotion pauses the programs with no request in the engine (waiting on a tool or
+  for a slot) first, smallest first, then generating ones, smallest first
+  (`engine.demotion_order: idle_first`; a paused generating request is retracted before
+  others). Concurrency is the same bound as the others' (`scheduler.slots_per_engine`,
+  `engine.max_running_requests`): the slots are granted non-paused programs before paused
+  ones, and a non-paused program that finds them full takes the slot of the latest paused
+  holder, so a paused program never blocks the programs whose KV keeps it paused.
+- `venus`: the training config's defaults: priority slots, the length-prediction rule,
+  tiers + demotion, orchestration. As in §4.3, a demoted trajectory is LOW, for its slot as
+  well as its KV.
+- Table 1's ablations: `baseline` (= rollflash), then `+priority`, `+kv_residency`,
+  `+migration` (= venus).
+
+Two switches have no training-config field yet, so they are the preset's own: `orchestration`
+(the real rollout worker always moves turns between engines under priority slots with more
+than one engine) and `program_aware` (ThunderAgent's slots; not in the real worker).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Literal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 
+from venusrl.config import Config, ConfigError, config_from
 from venusrl.coordinator.config import PolicyName
 from venusrl.rollout.slots import SlotMode
+
+# SGLang's radix cache as the baselines run it: LRU eviction, no residency-aware demotion.
+SGLANG_CACHE = {"engine.cache_policy": "lru", "engine.demotion": False}
+
+
+@dataclass(slots=True, frozen=True)
+class Preset:
+    overrides: Mapping[str, Any]  # dotted keys of the training config
+    orchestration: bool
+    program_aware: bool = False
+
+
+PRESETS: dict[str, Preset] = {
+    "slime": Preset({"scheduler.policy": "trajectory_level", **SGLANG_CACHE}, orchestration=False),
+    "rollflash": Preset({"scheduler.policy": "action_level", **SGLANG_CACHE}, orchestration=False),
+    "thunderagent": Preset({"scheduler.policy": "venus", "scheduler.priority": "action_level",
+                            "engine.demotion_order": "idle_first"}, orchestration=False, program_aware=True),
+    "venus": Preset({}, orchestration=True),
+    "baseline": Preset({"scheduler.policy": "action_level", **SGLANG_CACHE}, orchestration=False),
+    "+priority": Preset({"scheduler.policy": "venus", **SGLANG_CACHE}, orchestration=False),
+    "+kv_residency": Preset({"scheduler.policy": "venus"}, orchestration=False),
+    "+migration": Preset({}, orchestration=True),
+}
 
 
 @dataclass(slots=True, frozen=True)
 class SystemSpec:
+    """A system as the simulator reads it: the training config with the system's preset (and
+    the cell's settings) applied; every attribute below is read from it."""
+
     name: str
-    slot_mode: SlotMode
-    policy: PolicyName
-    cache_policy: Literal["tiers", "lru"]
-    demotion: bool
+    config: Config
     orchestration: bool
-    host_tier: bool = True
     program_aware: bool = False  # thunderagent: all HIGH in the engine, slots by paused/not
-    demotion_order: Literal["shortest", "idle_first"] = "shortest"  # see EngineConfig.demotion_order
+
+    @property
+    def slot_mode(self) -> SlotMode:
+        return self.config.scheduler.slot_mode
+
+    @property
+    def policy(self) -> PolicyName:
+        return self.config.coordinator.policy
+
+    @property
+    def cache_policy(self) -> Literal["tiers", "lru"]:
+        return self.config.engine.cache_policy
+
+    @property
+    def demotion(self) -> bool:
+        return self.config.engine.demotion
+
+    @property
+    def demotion_order(self) -> Literal["shortest", "idle_first"]:
+        return self.config.engine.demotion_order
+
+    @property
+    def host_tier(self) -> bool:
+        """The simulated host tier keeps whatever the device pool evicts (it prices reloads,
+        it does not bound them); on when the config gives the engine one."""
+        return self.config.engine.host_kv_capacity_tokens > 0
 
     @property
     def uses_predictions(self) -> bool:
         return self.policy not in ("fcfs", "action_level", "oracle")
 
 
-SLIME = SystemSpec("slime", "trajectory_level", "fcfs", "lru", demotion=False, orchestration=False)
-ROLLFLASH = SystemSpec("rollflash", "action_level", "fcfs", "lru", demotion=False, orchestration=False)
-THUNDERAGENT = SystemSpec("thunderagent", "priority", "action_level", "tiers", demotion=True, orchestration=False,
-                          program_aware=True, demotion_order="idle_first")
-VENUS = SystemSpec("venus", "priority", "length_prediction", "tiers", demotion=True, orchestration=True)
+def system(name: str, policy: PolicyName | None = None, overrides: Mapping[str, Any] | None = None) -> SystemSpec:
+    """The system called `name`, optionally ranking groups with another rule (e.g. venus with
+    an improved one), with the cell's config settings `overrides` on top of its preset."""
+    if name not in PRESETS:
+        raise ValueError(f"system {name!r} is unknown (known: {', '.join(PRESETS)})")
+    preset = PRESETS[name]
+    merged = {**preset.overrides, **({"scheduler.priority": policy} if policy is not None else {}),
+              **(overrides or {})}
+    try:
+        config = config_from(merged)
+    except ConfigError as err:
+        raise ValueError(f"system {name!r}: {err}") from None
+    return SystemSpec(name if policy is None else f"{name}[{policy}]", config, preset.orchestration,
+                      preset.program_aware)
 
-BASELINE = replace(ROLLFLASH, name="baseline")
-PLUS_PRIORITY = replace(BASELINE, name="+priority", slot_mode="priority", policy="length_prediction")
-PLUS_KV = replace(PLUS_PRIORITY, name="+kv_residency", cache_policy="tiers", demotion=True)
-PLUS_MIGRATION = replace(PLUS_KV, name="+migration", orchestration=True)
 
-SYSTEMS = {s.name: s for s in (SLIME, ROLLFLASH, THUNDERAGENT, VENUS, BASELINE, PLUS_PRIORITY, PLUS_KV, PLUS_MIGRATION)}
-
-
-def system(name: str, policy: PolicyName | None = None) -> SystemSpec:
-    """The system called `name`, optionally with another priority policy (e.g. venus with
-    an improved rule)."""
-    if name not in SYSTEMS:
-        raise ValueError(f"system {name!r} is unknown (known: {', '.join(SYSTEMS)})")
-    spec = SYSTEMS[name]
-    return spec if policy is None else replace(spec, name=f"{name}[{policy}]", policy=policy)
+SYSTEMS = {name: system(name) for name in PRESETS}

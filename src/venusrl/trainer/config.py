@@ -4,25 +4,46 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from venusrl.schema import Section
 
 
-class TrainerConfig(Section):
+class PolicyLossConfig(Section):
+    """The coefficients of the loss (`trainer/losses.py`), defined once: `TrainerConfig` (the
+    `trainer` section) extends this, so the section a run configures is the loss config the
+    trainer passes to `losses.policy_loss`."""
+
+    clip_low: float = Field(0.2, ge=0, lt=1, description="PPO ratio clip below 1 (ε_low: r ≥ 1 − clip_low)")
+    clip_high: float = Field(0.28, ge=0, description="PPO ratio clip above 1 (ε_high, clip-higher)")
+    tis_cap: float | None = Field(2.0, gt=0, description="truncated importance sampling cap C on the "
+                                  "trainer/behaviour ratio; null: off (w = 1)")
+    icepop_low: float | None = Field(0.5, gt=0, description="IcePop: mask tokens whose trainer/behaviour ratio "
+                                     "is below; null: no lower bound")
+    icepop_high: float | None = Field(2.0, gt=0, description="IcePop: mask tokens whose trainer/behaviour ratio "
+                                      "is above; null: no upper bound")
+    kl_coef: float = Field(0.0, ge=0, description="β: k3 KL to the initial (reference) model; 0: no reference "
+                           "model is kept")
+    entropy_coef: float = Field(0.0, ge=0, description="c_H: entropy bonus")
+
+    @model_validator(mode="after")
+    def _icepop_bounds_ordered(self) -> PolicyLossConfig:
+        low, high = self.icepop_low, self.icepop_high
+        if low is not None and high is not None and not low < high:
+            raise ValueError(f"icepop_low ({low}) must be below icepop_high ({high})")
+        return self
+
+
+class TrainerConfig(PolicyLossConfig):
+    """The `trainer` section: the loss's coefficients (`PolicyLossConfig`) and the optimizer,
+    batching, parallelism and schedule around it."""
+
     advantage: Literal["grpo", "dr_grpo", "rloo"] = Field(
         "grpo", description="group-normalised advantages: grpo (mean/std), dr_grpo (mean only), rloo (leave-one-out)")
     learning_rate: float = Field(1e-6, gt=0)
     weight_decay: float = Field(0.0, ge=0)
     adam_betas: tuple[float, float] = (0.9, 0.999)
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping by global norm")
-    clip_low: float = Field(0.2, ge=0, description="PPO ratio clip below 1")
-    clip_high: float = Field(0.28, ge=0, description="PPO ratio clip above 1 (clip-higher)")
-    tis_cap: float | None = Field(2.0, gt=0, description="truncated importance sampling cap on trainer/behaviour ratio; null: off")
-    icepop_low: float | None = Field(0.5, gt=0, description="IcePop: mask tokens whose trainer/behaviour ratio is below; null: off")
-    icepop_high: float | None = Field(2.0, gt=0, description="IcePop: mask tokens whose trainer/behaviour ratio is above; null: off")
-    kl_coef: float = Field(0.0, ge=0, description="k3 KL to the initial (reference) model; 0: no reference model is kept")
-    entropy_coef: float = Field(0.0, ge=0)
     shared_prefix_min_tokens: int = Field(
         16, ge=1, description="a micro-batch whose rows share at least this many leading tokens (a group's "
         "prompt) computes them once")

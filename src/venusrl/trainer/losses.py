@@ -29,6 +29,8 @@ from typing import Literal
 
 import torch
 
+from venusrl.trainer.config import PolicyLossConfig
+
 AdvantageEstimator = Literal["grpo", "dr_grpo", "rloo"]
 
 
@@ -62,28 +64,6 @@ def group_advantages(
     # mean() of equal floats can be off by an ulp, which the std division would blow up
     degenerate = (rewards.amax(-1, keepdim=True) == rewards.amin(-1, keepdim=True))
     return advantages.masked_fill(degenerate, 0.0)
-
-
-@dataclass(slots=True)
-class PolicyLossConfig:
-    clip_low: float = 0.2  # ε_low: r is clipped below at 1 − clip_low
-    clip_high: float = 0.28  # ε_high: r is clipped above at 1 + clip_high (clip-higher)
-    tis_cap: float | None = 2.0  # C; None disables truncated importance sampling (w = 1)
-    icepop_low: float | None = 0.5  # None: no lower bound on ρ
-    icepop_high: float | None = 2.0  # None: no upper bound on ρ
-    kl_coef: float = 0.0  # β
-    entropy_coef: float = 0.0  # c_H
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.clip_low < 1.0 or self.clip_high < 0.0:
-            raise ValueError(f"need 0 ≤ clip_low < 1 and clip_high ≥ 0, got {self.clip_low}, {self.clip_high}")
-        if self.tis_cap is not None and self.tis_cap <= 0.0:
-            raise ValueError(f"tis_cap must be positive or None, got {self.tis_cap}")
-        low, high = self.icepop_low, self.icepop_high
-        if low is not None and high is not None and not 0.0 <= low < high:
-            raise ValueError(f"need 0 ≤ icepop_low < icepop_high, got {low}, {high}")
-        if self.kl_coef < 0.0 or self.entropy_coef < 0.0:
-            raise ValueError("kl_coef and entropy_coef must be ≥ 0")
 
 
 def _mean(total: float, count: int) -> float:

@@ -91,10 +91,7 @@ class StreamingTrainer:
             raise ValueError(f"temperature must be ≥ 0, got {temperature}")
         self.model, self.config, self.version, self.reference = model, config, version, reference
         self.temperature = temperature if temperature > 0 else 1.0
-        self.loss_config = PolicyLossConfig(
-            clip_low=config.clip_low, clip_high=config.clip_high, tis_cap=config.tis_cap,
-            icepop_low=config.icepop_low, icepop_high=config.icepop_high,
-            kl_coef=config.kl_coef, entropy_coef=config.entropy_coef)
+        self.loss_config: PolicyLossConfig = config  # the trainer section is the loss config
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=config.learning_rate,
             betas=config.adam_betas, weight_decay=config.weight_decay)

@@ -1,4 +1,5 @@
-"""`venusrl train`."""
+"""Start a training run in its run directory: the resolved config and the log go there, then
+the configured runtime (local or Ray) trains. `venusrl train` and the demo both start here."""
 
 from __future__ import annotations
 
@@ -7,33 +8,11 @@ import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated
 
-import typer
 import yaml
 
-from venusrl.cli_support import load_config_or_exit
 from venusrl.config import Config
 from venusrl.durable import write_atomic
-
-
-def train(
-    config_path: Annotated[Path, typer.Argument(metavar="CONFIG.yaml", help="run configuration")],
-    overrides: Annotated[list[str] | None, typer.Argument(help="dotted key=value overrides")] = None,
-    run_dir: Annotated[Path | None, typer.Option(help="default: run.run_dir, else runs/NAME-TIMESTAMP; "
-                                                       "a directory with a checkpoint is resumed")] = None,
-    progress: Annotated[bool, typer.Option(help="show the progress bar")] = True,
-) -> None:
-    """Train a policy with RL through multi-turn tool use; resumes from RUN_DIR's newest checkpoint."""
-    config = load_config_or_exit(config_path, overrides)
-    directory = resolve_run_dir(config, run_dir)
-    try:
-        summary = run_training(config, directory, progress)
-    except ValueError as err:  # bad data, model or checkpoint, named by the message
-        typer.echo(f"error: {err}", err=True)
-        raise typer.Exit(2) from None
-    typer.echo(f"run directory {directory}: {summary['steps']} steps in {summary['wall_s']:.0f}s, held-out accuracy "
-               f"{_fmt(summary['accuracy_before'])} -> {_fmt(summary['accuracy_after'])}")
 
 
 def resolve_run_dir(config: Config, run_dir: Path | None) -> Path:
@@ -84,7 +63,3 @@ def _logging_to(path: Path, level: str) -> Iterator[None]:
         for handler in previous:
             root.addHandler(handler)
         root.setLevel(previous_level)
-
-
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"

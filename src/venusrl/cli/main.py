@@ -1,4 +1,5 @@
-"""The `venusrl` command. Sub-commands live beside the code they drive and are added here."""
+"""The `venusrl` command: the root app, `config show` and `demo`; every other command group is
+one module of this package, added here."""
 
 from __future__ import annotations
 
@@ -8,17 +9,17 @@ from typing import Annotated
 import typer
 import yaml
 
-from venusrl.bench.cli import bench_app
-from venusrl.cli_support import load_config_or_exit
-from venusrl.coordinator.cli import predictor_app
-from venusrl.engine.cli import serve
-from venusrl.metrics.cli import report
-from venusrl.model.cli import model_app
-from venusrl.runtime.cli import train
-from venusrl.sandbox.cli import bench as sandbox_bench
-from venusrl.sandbox.cli import sandbox_app
-from venusrl.sim.cli import simulate
-from venusrl.trainer.cli import sft
+from venusrl.cli.bench import bench_app
+from venusrl.cli.model import model_app
+from venusrl.cli.predictor import predictor_app
+from venusrl.cli.report import report
+from venusrl.cli.sandbox import bench as sandbox_bench
+from venusrl.cli.sandbox import sandbox_app
+from venusrl.cli.serve import serve
+from venusrl.cli.sft import sft
+from venusrl.cli.simulate import simulate
+from venusrl.cli.support import load_config_or_exit
+from venusrl.cli.train import train
 
 app = typer.Typer(help="venusrl: agentic RL training through multi-turn tool use.", no_args_is_help=True)
 app.add_typer(model_app, name="model")

@@ -1,4 +1,4 @@
-"""Validation against reality: the simulator, with a cost model fitted on this machine's
+"""`venusrl simulate --scenario validate`, the simulator against reality: the simulator, with a cost model fitted on this machine's
 tiny-model engine, against the measured rounds of `venusrl bench rollout` at its headline
 trainer time: time to the first B groups and time to the N-th step.
 
@@ -21,7 +21,6 @@ trainer time: time to the first B groups and time to the N-th step.
 
 from __future__ import annotations
 
-import json
 import random
 import statistics
 import tempfile
@@ -39,18 +38,15 @@ from venusrl.model.conversation import Conversation
 from venusrl.model.tiny import make_tiny_model
 from venusrl.sim.cost_model import CostModel
 from venusrl.sim.run import SimSpec, simulate
-from venusrl.sim.systems import ROLLFLASH, SLIME, VENUS
+from venusrl.sim.systems import system
 from venusrl.sim.trainer import TrainerCost
-from venusrl.sim.workload import WorkloadConfig, shared_prefix_length
+from venusrl.sim.workload import WorkloadConfig
+from venusrl.trace import shared_prefix_length, write_trace
 from venusrl.types import Prompt
 
-# The benchmark's modes (`bench.rollout.SETUPS`): the baselines on LRU, venus on tiers +
-# demotion; no host tier.
-MODES = {
-    "trajectory_level": replace(SLIME, host_tier=False),
-    "action_level": replace(ROLLFLASH, host_tier=False),
-    "venus": replace(VENUS, policy=bench.VENUS_POLICY, host_tier=False),
-}
+# The benchmark's modes (`bench.rollout.SETUPS`) as the simulator's systems: the baselines on
+# LRU with no group priority, venus on tiers + demotion; no host tier (the training default).
+MODES = {"trajectory_level": "slime", "action_level": "rollflash", "venus": "venus"}
 
 
 @dataclass(slots=True, frozen=True)
@@ -106,14 +102,15 @@ def simulate_round(case: bench.RolloutCase, cost: CostModel, rows: list[dict[str
     """(time to B groups, time to the N-th step) simulated for one benchmark round of `mode`
     replaying `rows`, with the benchmark's trainer (`trainer_s` per step, streamed as the
     bench streams it) and its predictor's measured accuracy."""
-    trace.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    write_trace(trace, rows)
     trainer = TrainerCost(token_s=0.0, step_s=trainer_s * (1 - case.gradient_fraction),
                           group_s=trainer_s * case.gradient_fraction / case.batch_groups)
-    spec = SimSpec(MODES[mode], workload=WorkloadConfig(group_size=case.group_size, trace=str(trace)), model="tiny",
-                   generation_gpus=case.engines, batch_groups=case.batch_groups, async_factor=case.async_factor,
-                   max_version_span=case.max_version_span, steps=case.steps, quantum=1,
-                   slots_per_engine=case.slots_per_engine, cost=cost, trainer=trainer, weight_sync_s=0.0,
-                   kv_after_weight_update="recompute", predictor_spearman=predictor_spearman,
+    cluster = {"coordinator.batch_groups": case.batch_groups, "coordinator.async_factor": case.async_factor,
+               "coordinator.max_version_span": case.max_version_span,
+               "scheduler.slots_per_engine": case.slots_per_engine}
+    spec = SimSpec(system(MODES[mode], overrides=cluster), workload=WorkloadConfig(group_size=case.group_size,
+                   trace=str(trace)), model="tiny", generation_gpus=case.engines, steps=case.steps, quantum=1,
+                   cost=cost, trainer=trainer, weight_sync_s=0.0, predictor_spearman=predictor_spearman,
                    prediction_latency_s=0.02, tool_seconds_prior=case.tool_latency_mean_s)
     result = simulate(spec)
     return result.time_to_first_batch_s, result.sim_seconds

@@ -2,15 +2,47 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from venusrl.bench.fidelity import fidelity
+from venusrl.cli.support import load_config_or_exit
 
 bench_app = typer.Typer(help="Benchmarks; each writes its figures as JSON.", no_args_is_help=True)
-bench_app.command("fidelity")(fidelity)
+
+
+@bench_app.command("fidelity")
+def fidelity(
+    config_path: Annotated[Path, typer.Argument(metavar="CONFIG.yaml", help="a demo configuration")] = Path("examples/demo.yaml"),
+    overrides: Annotated[list[str] | None, typer.Argument(help="dotted key=value overrides")] = None,
+    seeds: Annotated[str, typer.Option(help="comma-separated run.seed values")] = "0,1",
+    policies: Annotated[str, typer.Option(help="comma-separated scheduler.policy values")] = "venus,action_level",
+    workdir: Annotated[Path, typer.Option(help="models, runs and PNGs go here")] = Path("runs/fidelity"),
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+    progress: Annotated[bool, typer.Option(help="show the SFT and training progress bars")] = True,
+) -> None:
+    """Reward per step, held-out accuracy and version spans by trajectory length of each
+    scheduler on the demo's task, same seeds and SFT model for all."""
+    from venusrl.bench.fidelity import run_fidelity, table
+
+    seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    policy_list = [p.strip() for p in policies.split(",") if p.strip()]
+    configs = {seed: load_config_or_exit(config_path, [*(overrides or []), f"run.seed={seed}",
+                                                       f"demo.workdir={workdir / f'seed-{seed}'}"])
+               for seed in seed_list}
+    for policy in policy_list:  # a bad policy name fails here, before any training
+        load_config_or_exit(config_path, [*(overrides or []), f"scheduler.policy={policy}"])
+    report = run_fidelity(configs, policy_list, workdir, progress)
+    report["command"] = (f"venusrl bench fidelity {config_path} {' '.join(overrides or [])} --seeds {seeds} "
+                         f"--policies {policies} --workdir {workdir}")
+    text = json.dumps(report, indent=2)
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(text + "\n")
+    typer.echo(table(report))
+
 
 
 @bench_app.command("engine")
@@ -66,3 +98,4 @@ def bench_rollout(
     from venusrl.bench.rollout import main
 
     main(quick, json_out, sweep)
+

@@ -23,7 +23,7 @@ def serve(
     """Serve MODEL over /v1/chat/completions and /v1/completions."""
     import uvicorn
 
-    from venusrl.cli_support import load_config_or_exit
+    from venusrl.cli.support import load_config_or_exit
     from venusrl.engine.async_engine import AsyncEngine
     from venusrl.engine.engine import Engine
     from venusrl.engine.server import create_app

@@ -87,7 +87,7 @@ def simulate(
     (scenarios paper-fig10, paper-table1, scale; `validate` compares with the rollout bench)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if scenario == "validate":
-        from venusrl.sim.validate import run as validate
+        from venusrl.bench.sim_validation import run as validate
 
         emit(validate(quick, json.loads(measured.read_text()) if measured else None), json_out)
         return
