@@ -71,7 +71,7 @@ def test_a_demoted_holder_yields_its_slot_to_an_urgent_turn():
     core.place(a), core.place(b)
     assert core.request_slot(a) == [Grant(a, 0, H)]
     assert core.wants_demoted(b) == 0
-    assert core.demoted(0, {str(a)}) == []  # nobody waits yet
+    core.demoted(0, {str(a)})
     assert core.slot_priority(a) == L and core.declared_priority(a) == H
     assert core.request_slot(b) == [Preempt(a, 0), Grant(b, 0, H)]
     core.check_invariants()
@@ -104,7 +104,7 @@ def test_placement_is_least_loaded_and_a_stolen_waiter_leaves_its_source_at_once
     core.check_invariants()
 
 
-def test_a_policy_change_touches_only_the_changed_groups_and_makes_room_for_the_new_high():
+def test_a_policy_change_touches_only_the_changed_groups_and_preempts_nobody():
     c = coordinator(groups=2, group_size=1)
     a, b = started(c)
     group = {t.id: t.group_id for t in c.running_groups()[0].trajectories + c.running_groups()[1].trajectories}
@@ -117,7 +117,10 @@ def test_a_policy_change_touches_only_the_changed_groups_and_makes_room_for_the_
     assert core.request_slot(b) == []
     high_b = PriorityPolicy(51, frozenset({group[b]}), frozenset())
     c._policy = high_b
-    assert core.policy_changed(high_b) == [SetEnginePriority(b, 0, H), Preempt(a, 0), Grant(b, 0, H)]
+    # b is HIGH now; a keeps its slot (no preemption at a re-ranking) until its turn ends
+    assert core.policy_changed(high_b) == [SetEnginePriority(b, 0, H)]
+    assert core.slots[0].priorities[b] == H
+    assert core.release_slot(a) == [Grant(b, 0, H)]
     core.check_invariants()
 
 
@@ -159,13 +162,12 @@ def test_invariants_hold_under_any_event_sequence(engines, slots, mode, program_
         if kind == "request" and t not in ended and t not in core.moving and t not in driver.generating:
             asked = core.wants_demoted(t)
             if asked is not None:
-                driver.apply(core.demoted(asked, {str(i) for i in chosen}))
+                core.demoted(asked, {str(i) for i in chosen})
             actions = core.request_slot(t)
             driver.apply(actions)
-            priority = core.slot_priority(t)
-            if mode == "priority" and priority < L and t in core.slots[core.engine_of[t]].waiting:
+            if mode == "priority" and core.slot_priority(t) < L and t in core.slots[core.engine_of[t]].waiting:
                 slots_t = core.slots[core.engine_of[t]]
-                assert all(slots_t.priorities.get(h) != L for h in slots_t.holders)
+                assert all(slots_t.priorities.get(h) != L for h in slots_t.holders), "a HIGH turn waits behind a LOW"
         elif kind == "release" and t in driver.generating:
             driver.generating.discard(t)
             driver.apply(core.release_slot(t))
@@ -179,7 +181,7 @@ def test_invariants_hold_under_any_event_sequence(engines, slots, mode, program_
             c._policy = policy  # published by the coordinator
             driver.apply(core.policy_changed(policy))
         elif kind == "demoted":
-            driver.apply(core.demoted(engine, {str(i) for i in chosen}))
+            core.demoted(engine, {str(i) for i in chosen})
         elif kind == "orchestrate":
             pressure = {e: (1.0 if e == engine else 0.1) for e in range(engines)}
             driver.apply(core.orchestrate(pressure, dict.fromkeys(range(engines), 1000), lambda _: 50, 0.9))

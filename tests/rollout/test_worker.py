@@ -25,8 +25,8 @@ def one_slot_worker(engine, async_engine, priority_of):
     have the priorities `priority_of(trajectory_id)` gives: the tests drive turns directly."""
     coordinator = DataCoordinator(CoordinatorConfig(group_size=1, batch_groups=1), prompts(1))
     worker = RolloutWorker(coordinator, async_engine, engine.tokenizer, CalculatorEnv, RolloutConfig(), slots=1)
-    worker._priority = lambda trajectory_id, policy=None: priority_of(trajectory_id)
-    worker._engine_of.update({1: 0, 2: 0})
+    worker.core.declared_priority = lambda trajectory_id, policy=None: priority_of(trajectory_id)
+    worker.core.place(1), worker.core.place(2)
     return worker
 
 
@@ -173,6 +173,8 @@ def test_predictions_reach_the_coordinator_and_finished_trajectories_train_the_p
 
 
 def test_a_waiting_high_turn_moves_to_another_engine_with_its_prefix(tiny_model_dir):
+    from venusrl.rollout.core import Grant
+    from venusrl.rollout.orchestrator import Move
     from venusrl.types import Priority, SamplingParams
 
     engines = [Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=4096, page_size=1)) for _ in range(2)]
@@ -187,18 +189,60 @@ def test_a_waiting_high_turn_moves_to_another_engine_with_its_prefix(tiny_model_
         async_engines = [AsyncEngine(e) for e in engines]
         try:
             worker = RolloutWorker(coordinator, async_engines, engines[0].tokenizer, CalculatorEnv, RolloutConfig(), slots=1)
-            worker._priority = lambda trajectory_id, policy=None: Priority.HIGH
-            worker._engine_of.update({waiting_id: 0, holder_id: 0})
-            worker.slots[0].request(holder_id, Priority.HIGH)
-            assert worker.slots[0].request(waiting_id, Priority.HIGH) == (False, None)
-            await worker._move(waiting_id, 0, 1)
+            worker.core.declared_priority = lambda trajectory_id, policy=None: Priority.HIGH
+            worker.core.place(holder_id, engine=0), worker.core.place(waiting_id, engine=0)
+            assert worker.core.request_slot(holder_id) == [Grant(holder_id, 0, Priority.HIGH)]
+            worker._context[waiting_id] = prompt  # its turn waits to generate from the prompt
+            # engine 1 idles while the turn waits on engine 0: the core moves it there
+            assert worker.core.request_slot(waiting_id) == [Move(waiting_id, 0, 1)]
+            assert waiting_id not in worker.slots[0].waiting
+            await worker._move(Move(waiting_id, 0, 1))
             return worker
         finally:
             for e in async_engines:
                 await e.shutdown()
 
     worker = asyncio.run(main())
-    assert worker.migrations == 1 and worker._engine_of[waiting_id] == 1
-    assert waiting_id not in worker.slots[0].waiting and worker._grants[waiting_id].is_set()
+    assert worker.migrations == 1 and worker.core.engine_of[waiting_id] == 1
+    assert waiting_id not in worker.core.moving and worker._grants[waiting_id].is_set()
     cached, _ = engines[1].export_prefix(prompt)
     assert cached == len(prompt), "the target engine holds the moved prefix"
+
+
+def test_the_worker_schedules_through_the_rollout_core_and_keeps_its_invariants(tiny_model_dir, monkeypatch):
+    """Two engines, priority mode: every turn's slot, every start and end goes through the
+    same `RolloutCore` the simulator drives, and its invariants hold after each event."""
+    from collections import Counter
+
+    from venusrl.rollout.core import RolloutCore
+
+    calls: Counter = Counter()
+    for name in ("place", "request_slot", "release_slot", "finish", "policy_changed", "declared_priority"):
+        original = getattr(RolloutCore, name)
+
+        def counted(self, *args, _original=original, _name=name, **kwargs):
+            calls[_name] += 1
+            result = _original(self, *args, **kwargs)
+            self.check_invariants()
+            return result
+
+        monkeypatch.setattr(RolloutCore, name, counted)
+    engines = [Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=4096, page_size=1)) for _ in range(2)]
+    coordinator = DataCoordinator(CoordinatorConfig(group_size=2, batch_groups=2, async_factor=1.5), prompts(4))
+
+    async def main():
+        async_engines = [AsyncEngine(e) for e in engines]
+        try:
+            worker = RolloutWorker(coordinator, async_engines, engines[0].tokenizer, CalculatorEnv,
+                                   RolloutConfig(max_turns=2, max_new_tokens_per_turn=16), slots=1)
+            ready = await worker.run(groups=2)
+            return worker, ready
+        finally:
+            for e in async_engines:
+                await e.shutdown()
+
+    worker, ready = asyncio.run(main())
+    assert len(ready) >= 2
+    assert all(calls[name] > 0 for name in ("place", "request_slot", "release_slot", "finish", "policy_changed")), calls
+    # the run cancelled the trajectories past the batch: every one placed has left its engine
+    assert calls["place"] == calls["finish"] and worker.core.placement.loads == [0, 0] and not worker.core.engine_of

@@ -83,25 +83,9 @@ class SlotScheduler:
         return min(self.waiting, key=self._rank) if self.waiting else None
 
     def set_priority(self, trajectory: Hashable, priority: Priority) -> None:
-        """Takes effect at the next grant; `rebalance` applies it to the holders."""
+        """Takes effect at the next grant or preemption (a holder keeps its slot)."""
         if trajectory in self.priorities:
             self.priorities[trajectory] = priority
-
-    def rebalance(self) -> list[tuple[Hashable, Hashable]]:
-        """Priority mode, after priorities changed: while an urgent (PROMOTED/HIGH) waiter
-        waits and a LOW trajectory holds a slot, the waiter takes the slot of the latest LOW
-        holder, which waits instead. Returns the (granted, preempted) pairs."""
-        swaps = []
-        while self.mode == "priority" and self.waiting:
-            best = self.next_waiter()
-            victim = self._preemptible() if self.priorities[best] < Priority.LOW else None
-            if victim is None:
-                break
-            del self.holders[victim]
-            self.waiting[victim] = next(self._order)
-            self._grant(best)
-            swaps.append((best, victim))
-        return swaps
 
     def _grant(self, trajectory: Hashable) -> None:
         # a waiter asking again at a higher priority may be granted here: it waits no more
