@@ -31,7 +31,18 @@ def one_slot_worker(engine, async_engine, priority_of):
 
 
 @pytest.mark.parametrize("mode", ["priority", "action_level", "trajectory_level"])
-def test_groups_come_out_complete_in_every_mode(tiny_model_dir, mode):
+def test_groups_come_out_complete_in_every_mode(tiny_model_dir, mode, monkeypatch):
+    from venusrl.rollout import worker as worker_module
+
+    rollouts = {}  # trajectory id -> the agent loop's record
+    real_loop = worker_module.run_agent_loop
+
+    async def recorded(*args, **kwargs):
+        rollout = await real_loop(*args, **kwargs)
+        rollouts[int(rollout.trajectory_id)] = rollout
+        return rollout
+
+    monkeypatch.setattr(worker_module, "run_agent_loop", recorded)
     engine = Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=16384, page_size=1))
     coordinator = DataCoordinator(CoordinatorConfig(group_size=2, batch_groups=2, async_factor=1.5), prompts(6))
     config = RolloutConfig(max_turns=2, max_new_tokens_per_turn=24, temperature=1.0)
@@ -55,6 +66,9 @@ def test_groups_come_out_complete_in_every_mode(tiny_model_dir, mode):
             assert sum(t.generated_mask) == t.generated_tokens > 0
             assert all(lp < 0 for lp, m in zip(t.logprobs, t.generated_mask, strict=True) if m)
             assert [turn.weight_version for turn in t.turns] == [0] * len(t.turns)
+            # one record from rollout to loss: the trainer reads the agent loop's lists
+            assert t.token_ids is rollouts[t.id].token_ids and t.logprobs is rollouts[t.id].logprobs
+            assert t.generated_mask == [bool(m) for m in rollouts[t.id].generated_mask]
     assert coordinator.in_flight <= 3  # ceil(1.5 x 2)
 
 
@@ -147,6 +161,9 @@ def test_predictions_reach_the_coordinator_and_finished_trajectories_train_the_p
     engine = Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=16384, page_size=1))
     coordinator = DataCoordinator(CoordinatorConfig(group_size=2, batch_groups=2), prompts(4))
     predictor = BackgroundPredictor(make_predictor(PredictorConfig(kind="group_history")))
+    queries = []
+    submit = predictor.submit
+    predictor.submit = lambda query: queries.append(query) or submit(query)
 
     async def main():
         async_engine = AsyncEngine(engine)
@@ -168,6 +185,14 @@ def test_predictions_reach_the_coordinator_and_finished_trajectories_train_the_p
         seen = PredictionQuery(prompt_id=prompts(1)[0].id, prompt_text="", last_observation="", turns=0,
                                generated_tokens=0, trajectory_id=99)
         assert predictor.predictor.predict(seen) <= 48
+        # the live predictor reads the chat: the prompt at the first boundary, then the turns
+        # so far and the observation the next turn starts from
+        assert all(q.messages and q.messages[0]["role"] in ("system", "user") for q in queries)
+        later = [q for q in queries if q.turns > 0]
+        assert later, "no trajectory reached a second turn"
+        for q in later:
+            assert any(m["role"] == "assistant" for m in q.messages)
+            assert q.last_observation == q.messages[-1]["content"] and q.messages[-1]["role"] != "assistant"
     finally:
         predictor.close()
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -154,16 +154,19 @@ class RolloutWorker:
 
     # ---- length predictions (off the critical path) ------------------------------------------
 
-    def _predict(self, trajectory_id: int, observation_ids: list[int]) -> None:
-        """Ask for a prediction at a turn boundary, with the observation the turn starts
-        from (the tool's output: test results, errors); the answer arrives through the
-        poller."""
+    def _predict(self, trajectory_id: int, messages: Sequence[dict[str, Any]]) -> None:
+        """Ask for a prediction at a turn boundary, with the chat so far and the observation
+        the turn starts from (the last message after an assistant turn: a tool's output, its
+        test results or errors, as `query_from_messages` reads it from a training example);
+        the answer arrives through the poller."""
         trajectory = self.coordinator.trajectory(trajectory_id)
         group = self.coordinator.group(trajectory.group_id) if trajectory is not None else None
         if self.predictor is None or group is None:
             return
-        observation = self.tokenizer.decode(observation_ids, skip_special_tokens=True) if trajectory.turns else ""
-        query = query_from_trajectory(trajectory, group, last_observation=observation)
+        last = messages[-1] if trajectory.turns and messages else {}
+        content = last.get("content") if last.get("role") != "assistant" else ""
+        observation = content if isinstance(content, str) else ""
+        query = query_from_trajectory(trajectory, group, messages=messages, last_observation=observation)
         self._queries.setdefault(trajectory_id, []).append(query)
         self.predictor.submit(query)
 
@@ -270,7 +273,7 @@ class RolloutWorker:
             log.warning("trajectory %d failed: %s", trajectory_id, err)
             self._apply(self.coordinator.on_trajectory_failed(trajectory_id, self.clock(), str(err)))
         else:
-            self._apply(self.coordinator.on_trajectory_done(trajectory_id, self.clock(), rollout.reward))
+            self._apply(self.coordinator.on_trajectory_done(trajectory_id, self.clock(), rollout.reward, record=rollout))
             self._learn_from(trajectory_id, sum(rollout.generated_mask))
         finally:
             self._queries.pop(trajectory_id, None)
@@ -399,10 +402,10 @@ class _CoordinatorReport:
     worker: RolloutWorker
     trajectory_id: int
 
-    def turn_started(self, context_ids: list[int]) -> None:
+    def turn_started(self, context_ids: list[int], messages: Sequence[dict[str, Any]]) -> None:
         coordinator = self.worker.coordinator
         self.worker._apply(coordinator.on_turn_start(self.trajectory_id, self.worker.clock(), context_ids))
-        self.worker._predict(self.trajectory_id, context_ids)
+        self.worker._predict(self.trajectory_id, messages)
 
     def turn_ended(self, output: TurnOutput, tool_call: bool) -> None:
         version = max(output.weight_versions, default=self.worker.coordinator.weight_version)

@@ -49,6 +49,7 @@ class SimTrajectory:
     obs_units: tuple[int, ...]
     tool_seconds: tuple[float, ...]
     token_ids: list[int]
+    generated_mask: list[bool]  # aligned with token_ids: the units the engine sampled
     turn: int = 0
     into_turn: int = 0  # units of the current turn generated so far (across preemptions)
     generated: int = 0  # units generated in finished turns
@@ -56,6 +57,11 @@ class SimTrajectory:
     request_id: str | None = None
     phase: Phase = Phase.WAITING_SLOT
     pending: Event | None = None  # the tool call or migration under way
+
+    @property
+    def logprobs(self) -> list[float]:
+        """No model, no log-probs: zeros, aligned (the record the coordinator adopts)."""
+        return [0.0] * len(self.token_ids)
 
     @property
     def remaining_units(self) -> int:
@@ -155,8 +161,9 @@ class SimWorker:
         sim = SimTrajectory(
             id=trajectory.id, key=str(trajectory.id), group_id=trajectory.group_id,
             gen_units=gen, obs_units=obs, tool_seconds=tuple(t.tool_seconds for t in turns),
-            token_ids=list(self.prompt_ids_of(trajectory)),
+            token_ids=list(self.prompt_ids_of(trajectory)), generated_mask=[],
         )  # fmt: skip
+        sim.generated_mask.extend([False] * len(sim.token_ids))
         self.core.place(sim.id)
         self.live[sim.id] = sim
         self._turn_start(sim, list(sim.token_ids))
@@ -210,6 +217,7 @@ class SimWorker:
         del self._by_request[output.request_id]
         t.request_id = None
         t.token_ids.extend(output.output_ids)
+        t.generated_mask.extend([True] * len(output.output_ids))
         t.into_turn += len(output.output_ids)
 
     def _on_request_finished(self, engine: int, output: PartialOutput) -> None:
@@ -250,13 +258,14 @@ class SimWorker:
             return
         observation = [next(self.token_ids) for _ in range(t.obs_units[t.turn])]
         t.token_ids.extend(observation)
+        t.generated_mask.extend([False] * len(observation))
         t.turn += 1
         self._turn_start(t, observation)
 
     def _finish(self, t: SimTrajectory) -> None:
         self._end(t)
         self.counts.finished += 1
-        self._apply(self.coordinator.on_trajectory_done(t.id, self.loop.now, reward=0.0))
+        self._apply(self.coordinator.on_trajectory_done(t.id, self.loop.now, reward=0.0, record=t))
 
     def _discard(self, trajectory_id: int) -> None:
         t = self.live.get(trajectory_id)
