@@ -234,12 +234,16 @@ def test_a_waiting_high_turn_moves_to_another_engine_with_its_prefix(tiny_model_
     assert cached == len(prompt), "the target engine holds the moved prefix"
 
 
-def test_the_worker_schedules_through_the_rollout_core_and_keeps_its_invariants(tiny_model_dir, monkeypatch):
+@pytest.mark.parametrize("program_aware", [False, True])
+def test_the_worker_schedules_through_the_rollout_core_and_keeps_its_invariants(tiny_model_dir, monkeypatch,
+                                                                                program_aware):
     """Two engines, priority mode: every turn's slot, every start and end goes through the
-    same `RolloutCore` the simulator drives, and its invariants hold after each event."""
+    same `RolloutCore` the simulator drives, and its invariants hold after each event;
+    program-aware (ThunderAgent) mode runs here as in the simulator: every request HIGH."""
     from collections import Counter
 
     from venusrl.rollout.core import RolloutCore
+    from venusrl.types import Priority
 
     calls: Counter = Counter()
     for name in ("place", "request_slot", "release_slot", "finish", "policy_changed", "declared_priority"):
@@ -255,11 +259,22 @@ def test_the_worker_schedules_through_the_rollout_core_and_keeps_its_invariants(
     engines = [Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=4096, page_size=1)) for _ in range(2)]
     coordinator = DataCoordinator(CoordinatorConfig(group_size=2, batch_groups=2, async_factor=1.5), prompts(4))
 
+    submitted = []  # the priority of every engine request
+
     async def main():
         async_engines = [AsyncEngine(e) for e in engines]
+        for async_engine in async_engines:
+            generate = async_engine.generate
+
+            def recorded(prompt_ids, sampling, priority=None, trajectory_id=None, _generate=generate):
+                submitted.append(priority)
+                return _generate(prompt_ids, sampling, priority, trajectory_id)
+
+            async_engine.generate = recorded
         try:
             worker = RolloutWorker(coordinator, async_engines, engines[0].tokenizer, CalculatorEnv,
-                                   RolloutConfig(max_turns=2, max_new_tokens_per_turn=16), slots=1)
+                                   RolloutConfig(max_turns=2, max_new_tokens_per_turn=16), slots=1,
+                                   program_aware=program_aware)
             ready = await worker.run(groups=2)
             return worker, ready
         finally:
@@ -271,3 +286,4 @@ def test_the_worker_schedules_through_the_rollout_core_and_keeps_its_invariants(
     assert all(calls[name] > 0 for name in ("place", "request_slot", "release_slot", "finish", "policy_changed")), calls
     # the run cancelled the trajectories past the batch: every one placed has left its engine
     assert calls["place"] == calls["finish"] and worker.core.placement.loads == [0, 0] and not worker.core.engine_of
+    assert submitted and (set(submitted) == {Priority.HIGH} if program_aware else Priority.LOW in set(submitted))

@@ -89,12 +89,15 @@ class RolloutWorker:
         predictor: BackgroundPredictor | None = None,
         sandboxes: SandboxController | None = None,
         on_ready: Callable[[Group], None] | None = None,
+        program_aware: bool = False,
     ):
+        """`program_aware`: ThunderAgent's scheduling (every program HIGH in the engine, slots
+        by demoted or not, the coordinator's policy ignored), as the simulator runs it."""
         self.coordinator, self.tokenizer = coordinator, tokenizer
         self.engines = engines if isinstance(engines, list) else [engines]
         self.env_factory, self.config, self.clock = env_factory, config, clock
         self.mode = mode
-        self.core = RolloutCore(coordinator, len(self.engines), slots, mode)
+        self.core = RolloutCore(coordinator, len(self.engines), slots, mode, program_aware=program_aware)
         self.ready: list[Group] = []
         self.dropped: list[Prompt] = []
         self.preemptions = 0
