@@ -190,3 +190,14 @@ def test_invariants_hold_under_any_event_sequence(engines, slots, mode, program_
         core.check_invariants()
         held = {h for s in core.slots for h in s.holders}
         assert driver.generating <= held, "a trajectory generates without a slot"
+
+
+def test_the_core_is_pure():
+    """No torch, no asyncio behind the decisions (DESIGN.md §3): importing the core pulls in
+    neither."""
+    import subprocess
+    import sys
+
+    code = "import sys, venusrl.rollout.core; print(sorted({'torch', 'asyncio'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -6,6 +6,7 @@ import ast
 import inspect
 from collections import Counter
 
+import pytest
 from tests.sim.sim_helpers import small_spec
 
 from venusrl.coordinator import policies
@@ -85,11 +86,22 @@ def test_the_simulated_and_the_real_worker_drive_the_same_rollout_core():
             assert not hasattr(module, name), f"{module.__name__} still uses {name}"
 
 
-def test_the_simulated_worker_calls_every_core_event(monkeypatch):
+@pytest.mark.parametrize("name", ["venus", "thunderagent", "slime"])
+def test_the_simulated_worker_calls_every_core_event_and_keeps_its_invariants(monkeypatch, name):
     calls: Counter = Counter()
-    for name in core_methods_called(worker) & {n for n, v in vars(core.RolloutCore).items() if callable(v)}:
-        _count_calls(monkeypatch, core.RolloutCore, name, calls)
-    simulate(small_spec("venus"))
+    for method in core_methods_called(worker) & {n for n, v in vars(core.RolloutCore).items() if callable(v)}:
+        original = getattr(core.RolloutCore, method)
+
+        def checked(self, *args, _original=original, _method=method, **kwargs):
+            calls[f"RolloutCore.{_method}"] += 1
+            result = _original(self, *args, **kwargs)
+            self.check_invariants()
+            return result
+
+        monkeypatch.setattr(core.RolloutCore, method, checked)
+    assert simulate(small_spec(name)).steps == 3
+    if name != "venus":
+        return
     missing = {n for n in ("place", "wants_demoted", "demoted", "request_slot", "release_slot", "finish",
                            "policy_changed", "orchestrate", "arrived") if not calls[f"RolloutCore.{n}"]}
     assert not missing, missing
