@@ -71,15 +71,18 @@ def read_trace(path: str | Path) -> list[list[TrajectoryPlan]]:
 def recorded_trace(groups: Iterable[Group]) -> list[dict[str, Any]]:
     """A run's turns as trace rows (`read_trace`'s format), in the groups' admission order:
     each trajectory's current attempt, as far as it got. `shared_prompt_tokens` is the
-    prefix every recorded prompt shares (the system prompt and tool schemas of a dataset)."""
+    prefix every recorded prompt shares (the system prompt and tool schemas of a dataset),
+    read from the finished trajectories' records (an unfinished one has only its counts)."""
     trajectories = [(group, t) for group in sorted(groups, key=lambda g: g.seq) for t in group.trajectories if t.turns]
-    prompts = [t.token_ids[: t.turns[0].context_tokens] for _, t in trajectories]
+    prompts = [t.token_ids[: t.turns[0].context_tokens] for _, t in trajectories if t.token_ids]
     shared = shared_prefix_length(prompts) if prompts else 0
     rows = []
-    for (group, t), prompt in zip(trajectories, prompts, strict=True):
+    for group, t in trajectories:
         for number, turn in enumerate(t.turns):
             following = t.turns[number + 1].context_tokens if number + 1 < len(t.turns) else 0
-            rows.append({"prompt": group.prompt.id, "index": t.index, "turn": number, "prompt_tokens": len(prompt),
+            rows.append({"prompt": group.prompt.id, "index": t.index, "turn": number,
+                         "prompt_tokens": t.turns[0].context_tokens,
+
                          "shared_prompt_tokens": shared, "gen_tokens": turn.generated_tokens,
                          "obs_tokens": following, "tool_seconds": turn.tool_seconds or 0.0})
     return rows

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 
 from venusrl.coordinator import CoordinatorConfig, DataCoordinator, Decisions
 from venusrl.types import GroupStatus, Prompt, TrajectoryStatus
@@ -18,6 +19,25 @@ def config(**overrides) -> CoordinatorConfig:
     return CoordinatorConfig(**base)
 
 
+@dataclass
+class Record:
+    """A rollout side's record of one trajectory (what the agent loop hands over at done)."""
+
+    token_ids: list[int] = field(default_factory=list)
+    generated_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+    def context(self, ids: list[int]) -> None:
+        self.token_ids += ids
+        self.generated_mask += [0] * len(ids)
+        self.logprobs += [0.0] * len(ids)
+
+    def generated(self, ids: list[int], logprobs: list[float]) -> None:
+        self.token_ids += ids
+        self.generated_mask += [1] * len(ids)
+        self.logprobs += logprobs
+
+
 class Ledger:
     """Applies each Decisions to a model of the outside world and checks it on the way."""
 
@@ -28,6 +48,7 @@ class Ledger:
         self.dropped = Counter()  # prompt id -> times dropped
         self.discarded: set[int] = set()
         self.policies: list[int] = []
+        self.records: defaultdict[int, Record] = defaultdict(Record)  # what each trajectory's turns produced
 
     def apply(self, out: Decisions) -> Decisions:
         for t in out.start:
@@ -55,6 +76,6 @@ class Ledger:
         return out
 
     def done(self, tid: int, now: float, reward: float = 1.0) -> Decisions:
-        out = self.apply(self.c.on_trajectory_done(tid, now, reward))
+        out = self.apply(self.c.on_trajectory_done(tid, now, reward, record=self.records.pop(tid, None)))
         self.live.pop(tid, None)
         return out

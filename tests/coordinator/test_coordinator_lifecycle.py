@@ -3,7 +3,7 @@
 import math
 
 import pytest
-from tests.coordinator.coord_harness import Ledger, config, prompts
+from tests.coordinator.coord_harness import Ledger, Record, config, prompts
 
 from venusrl.coordinator import DataCoordinator
 from venusrl.coordinator.policies import LengthPredictionRule
@@ -13,6 +13,8 @@ from venusrl.types import GroupStatus, Priority, TrajectoryStatus
 def run_turn(ledger, tid, now, n_tokens, version=0, tool_call=False):
     c = ledger.c
     ledger.apply(c.on_turn_start(tid, now, [1, 2, 3]))
+    ledger.records[tid].context([1, 2, 3])
+    ledger.records[tid].generated(list(range(n_tokens)), [-0.5] * n_tokens)
     return ledger.apply(c.on_turn_end(tid, now + 1, list(range(n_tokens)), [-0.5] * n_tokens, version, tool_call))
 
 
@@ -36,10 +38,12 @@ def test_group_ready_only_when_all_done_and_window_refills_after_a_weight_step()
     out = ledger.done(b.id, 4.0)
     assert [g.prompt.id for g in out.ready] == ["p0"]
     group = out.ready[0]
+    # the rollout side's record, adopted whole with the done event; the turns are the counts
     assert group.trajectories[1].token_ids == [1, 2, 3, *range(7)]
     assert group.trajectories[1].generated_mask == [False] * 3 + [True] * 7
     assert group.trajectories[1].logprobs == [0.0] * 3 + [-0.5] * 7
     assert group.trajectories[1].turns[0].weight_version == 0
+    assert (group.trajectories[1].turns[0].context_tokens, group.trajectories[1].generated_tokens) == (3, 7)
     # The ready group still occupies the window until a weight step consumes it.
     assert c.in_flight == c.window and not out.start
     out = ledger.apply(c.on_weight_version(1, 5.0))
@@ -234,3 +238,19 @@ def test_action_level_marks_nothing_high_and_oracle_needs_true_lengths():
     assert c.start(0.0).policy is None and c.policy.high_groups == frozenset()
     with pytest.raises(ValueError, match="needs true_remaining"):
         DataCoordinator(config(policy="oracle"), prompts(4))
+
+
+@pytest.mark.parametrize(("record", "message"), [
+    (Record([1, 2], [0, 1], [0.0]), "differ in length"),
+    (Record([1, 2, 3], [0, 1, 1], [0.0, -1.0, -1.0]), "marks 2 tokens, its turns generated 1"),
+])
+def test_a_record_that_disagrees_with_the_turns_is_refused_with_the_field(record, message):
+    c = DataCoordinator(config(), prompts(4))
+    t = c.start(0.0).start[0]
+    c.on_turn_start(t.id, 0.0, [1])
+    c.on_turn_end(t.id, 1.0, [2], [-1.0], 0, tool_call=False)
+    with pytest.raises(ValueError, match=message):
+        c.on_trajectory_done(t.id, 2.0, 1.0, record=record)
+    assert c.trajectory(t.id) is not None, "a refused done event changes nothing"
+    c.on_trajectory_done(t.id, 2.0, 1.0, record=Record([1, 2], [0, 1], [0.0, -1.0]))
+    assert c.trajectory(t.id) is None

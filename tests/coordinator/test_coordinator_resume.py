@@ -9,7 +9,7 @@ from collections import Counter
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.coordinator.coord_harness import config, prompts
+from tests.coordinator.coord_harness import Record, config, prompts
 
 from venusrl.coordinator import DataCoordinator
 from venusrl.coordinator.snapshot import CoordinatorSnapshot
@@ -91,7 +91,7 @@ def test_restore_keeps_done_trajectories_and_reruns_the_rest():
     done, unfinished = first[0], first[1:]
     c.on_turn_start(done.id, 1.0, [1])
     c.on_turn_end(done.id, 2.0, [2, 3], [-0.1, -0.2], 0, tool_call=False)
-    c.on_trajectory_done(done.id, 3.0, reward=0.5)
+    c.on_trajectory_done(done.id, 3.0, reward=0.5, record=Record([1, 2, 3], [0, 1, 1], [0.0, -0.1, -0.2]))
     c.on_turn_start(unfinished[0].id, 3.0, [1])  # mid-turn when the process dies
     snapshot = c.snapshot()
     restored = DataCoordinator.restore(c.config, snapshot, iter(prompts(2)[1:]))
@@ -109,4 +109,5 @@ def test_snapshot_is_independent_of_the_live_coordinator():
     (t,) = c.start(0.0).start
     snapshot = c.snapshot()
     c.on_turn_start(t.id, 1.0, [7, 8])
-    assert snapshot.running[0].trajectories[0].token_ids == []
+    assert c.trajectory(t.id).pending_context_tokens == 2
+    assert snapshot.running[0].trajectories[0].pending_context_tokens == 0

@@ -7,7 +7,7 @@ import json
 import pickle
 
 import pytest
-from tests.coordinator.coord_harness import config, prompts
+from tests.coordinator.coord_harness import Record, config, prompts
 
 from venusrl.coordinator import DataCoordinator
 from venusrl.coordinator.snapshot import CoordinatorSnapshot
@@ -17,11 +17,12 @@ def snapshot_mid_run() -> CoordinatorSnapshot:
     c = DataCoordinator(config(group_size=2, batch_groups=1, async_factor=2.0), iter(prompts(4)))
     out = c.start(0.0)
     first, second = out.start[0], out.start[1]
-    c.on_turn_start(first.id, 1.0, [1, 2, 3])
-    c.on_turn_end(first.id, 2.0, [4, 5], [-0.25, float("-inf")], c.weight_version, tool_call=True)
-    c.on_turn_start(second.id, 1.5, [1, 2, 3])
-    c.on_turn_end(second.id, 2.5, [6], [-1.0], c.weight_version, tool_call=False)
-    c.on_trajectory_done(second.id, 3.0, reward=1.0)
+    c.on_turn_start(first.id, 1.5, [1, 2, 3])
+    c.on_turn_end(first.id, 2.5, [6], [-1.0], c.weight_version, tool_call=True)
+    c.on_turn_start(second.id, 1.0, [1, 2, 3])
+    c.on_turn_end(second.id, 2.0, [4, 5], [-0.25, float("-inf")], c.weight_version, tool_call=False)
+    c.on_trajectory_done(second.id, 3.0, reward=1.0,
+                         record=Record([1, 2, 3, 4, 5], [0, 0, 0, 1, 1], [0.0] * 3 + [-0.25, float("-inf")]))
     return c.snapshot()
 
 
@@ -33,8 +34,9 @@ def test_every_field_survives_the_round_trip():
     assert json.loads(data)["format"] == "venusrl.coordinator_snapshot"
     group = again.running[0]
     assert all(t.prompt is group.prompt for t in group.trajectories)  # one prompt object per group
-    trajectory = next(t for t in group.trajectories if t.token_ids[-2:] == [4, 5])
+    trajectory = next(t for t in group.trajectories if t.token_ids[-2:] == [4, 5])  # the done one's record
     assert trajectory.logprobs[-1] == float("-inf") and trajectory.turns[0].ended_at == 2.0
+    assert trajectory.generated_mask == [False] * 3 + [True] * 2
     again.check()
 
 

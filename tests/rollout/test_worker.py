@@ -25,13 +25,24 @@ def one_slot_worker(engine, async_engine, priority_of):
     have the priorities `priority_of(trajectory_id)` gives: the tests drive turns directly."""
     coordinator = DataCoordinator(CoordinatorConfig(group_size=1, batch_groups=1), prompts(1))
     worker = RolloutWorker(coordinator, async_engine, engine.tokenizer, CalculatorEnv, RolloutConfig(), slots=1)
-    worker._priority = lambda trajectory_id, policy=None: priority_of(trajectory_id)
-    worker._engine_of.update({1: 0, 2: 0})
+    worker.core.declared_priority = lambda trajectory_id, policy=None: priority_of(trajectory_id)
+    worker.core.place(1), worker.core.place(2)
     return worker
 
 
 @pytest.mark.parametrize("mode", ["priority", "action_level", "trajectory_level"])
-def test_groups_come_out_complete_in_every_mode(tiny_model_dir, mode):
+def test_groups_come_out_complete_in_every_mode(tiny_model_dir, mode, monkeypatch):
+    from venusrl.rollout import worker as worker_module
+
+    rollouts = {}  # trajectory id -> the agent loop's record
+    real_loop = worker_module.run_agent_loop
+
+    async def recorded(*args, **kwargs):
+        rollout = await real_loop(*args, **kwargs)
+        rollouts[int(rollout.trajectory_id)] = rollout
+        return rollout
+
+    monkeypatch.setattr(worker_module, "run_agent_loop", recorded)
     engine = Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=16384, page_size=1))
     coordinator = DataCoordinator(CoordinatorConfig(group_size=2, batch_groups=2, async_factor=1.5), prompts(6))
     config = RolloutConfig(max_turns=2, max_new_tokens_per_turn=24, temperature=1.0)
@@ -55,6 +66,9 @@ def test_groups_come_out_complete_in_every_mode(tiny_model_dir, mode):
             assert sum(t.generated_mask) == t.generated_tokens > 0
             assert all(lp < 0 for lp, m in zip(t.logprobs, t.generated_mask, strict=True) if m)
             assert [turn.weight_version for turn in t.turns] == [0] * len(t.turns)
+            # one record from rollout to loss: the trainer reads the agent loop's lists
+            assert t.token_ids is rollouts[t.id].token_ids and t.logprobs is rollouts[t.id].logprobs
+            assert t.generated_mask == [bool(m) for m in rollouts[t.id].generated_mask]
     assert coordinator.in_flight <= 3  # ceil(1.5 x 2)
 
 
@@ -147,6 +161,9 @@ def test_predictions_reach_the_coordinator_and_finished_trajectories_train_the_p
     engine = Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=16384, page_size=1))
     coordinator = DataCoordinator(CoordinatorConfig(group_size=2, batch_groups=2), prompts(4))
     predictor = BackgroundPredictor(make_predictor(PredictorConfig(kind="group_history")))
+    queries = []
+    submit = predictor.submit
+    predictor.submit = lambda query: queries.append(query) or submit(query)
 
     async def main():
         async_engine = AsyncEngine(engine)
@@ -168,11 +185,21 @@ def test_predictions_reach_the_coordinator_and_finished_trajectories_train_the_p
         seen = PredictionQuery(prompt_id=prompts(1)[0].id, prompt_text="", last_observation="", turns=0,
                                generated_tokens=0, trajectory_id=99)
         assert predictor.predictor.predict(seen) <= 48
+        # the live predictor reads the chat: the prompt at the first boundary, then the turns
+        # so far and the observation the next turn starts from
+        assert all(q.messages and q.messages[0]["role"] in ("system", "user") for q in queries)
+        later = [q for q in queries if q.turns > 0]
+        assert later, "no trajectory reached a second turn"
+        for q in later:
+            assert any(m["role"] == "assistant" for m in q.messages)
+            assert q.last_observation == q.messages[-1]["content"] and q.messages[-1]["role"] != "assistant"
     finally:
         predictor.close()
 
 
 def test_a_waiting_high_turn_moves_to_another_engine_with_its_prefix(tiny_model_dir):
+    from venusrl.rollout.core import Grant
+    from venusrl.rollout.orchestrator import Move
     from venusrl.types import Priority, SamplingParams
 
     engines = [Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=4096, page_size=1)) for _ in range(2)]
@@ -187,18 +214,76 @@ def test_a_waiting_high_turn_moves_to_another_engine_with_its_prefix(tiny_model_
         async_engines = [AsyncEngine(e) for e in engines]
         try:
             worker = RolloutWorker(coordinator, async_engines, engines[0].tokenizer, CalculatorEnv, RolloutConfig(), slots=1)
-            worker._priority = lambda trajectory_id, policy=None: Priority.HIGH
-            worker._engine_of.update({waiting_id: 0, holder_id: 0})
-            worker.slots[0].request(holder_id, Priority.HIGH)
-            assert worker.slots[0].request(waiting_id, Priority.HIGH) == (False, None)
-            await worker._move(waiting_id, 0, 1)
+            worker.core.declared_priority = lambda trajectory_id, policy=None: Priority.HIGH
+            worker.core.place(holder_id, engine=0), worker.core.place(waiting_id, engine=0)
+            assert worker.core.request_slot(holder_id) == [Grant(holder_id, 0, Priority.HIGH)]
+            worker._context[waiting_id] = prompt  # its turn waits to generate from the prompt
+            # engine 1 idles while the turn waits on engine 0: the core moves it there
+            assert worker.core.request_slot(waiting_id) == [Move(waiting_id, 0, 1)]
+            assert waiting_id not in worker.slots[0].waiting
+            await worker._move(Move(waiting_id, 0, 1))
             return worker
         finally:
             for e in async_engines:
                 await e.shutdown()
 
     worker = asyncio.run(main())
-    assert worker.migrations == 1 and worker._engine_of[waiting_id] == 1
-    assert waiting_id not in worker.slots[0].waiting and worker._grants[waiting_id].is_set()
+    assert worker.migrations == 1 and worker.core.engine_of[waiting_id] == 1
+    assert waiting_id not in worker.core.moving and worker._grants[waiting_id].is_set()
     cached, _ = engines[1].export_prefix(prompt)
     assert cached == len(prompt), "the target engine holds the moved prefix"
+
+
+@pytest.mark.parametrize("program_aware", [False, True])
+def test_the_worker_schedules_through_the_rollout_core_and_keeps_its_invariants(tiny_model_dir, monkeypatch,
+                                                                                program_aware):
+    """Two engines, priority mode: every turn's slot, every start and end goes through the
+    same `RolloutCore` the simulator drives, and its invariants hold after each event;
+    program-aware (ThunderAgent) mode runs here as in the simulator: every request HIGH."""
+    from collections import Counter
+
+    from venusrl.rollout.core import RolloutCore
+    from venusrl.types import Priority
+
+    calls: Counter = Counter()
+    for name in ("place", "request_slot", "release_slot", "finish", "policy_changed", "declared_priority"):
+        original = getattr(RolloutCore, name)
+
+        def counted(self, *args, _original=original, _name=name, **kwargs):
+            calls[_name] += 1
+            result = _original(self, *args, **kwargs)
+            self.check_invariants()
+            return result
+
+        monkeypatch.setattr(RolloutCore, name, counted)
+    engines = [Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=4096, page_size=1)) for _ in range(2)]
+    coordinator = DataCoordinator(CoordinatorConfig(group_size=2, batch_groups=2, async_factor=1.5), prompts(4))
+
+    submitted = []  # the priority of every engine request
+
+    async def main():
+        async_engines = [AsyncEngine(e) for e in engines]
+        for async_engine in async_engines:
+            generate = async_engine.generate
+
+            def recorded(prompt_ids, sampling, priority=None, trajectory_id=None, _generate=generate):
+                submitted.append(priority)
+                return _generate(prompt_ids, sampling, priority, trajectory_id)
+
+            async_engine.generate = recorded
+        try:
+            worker = RolloutWorker(coordinator, async_engines, engines[0].tokenizer, CalculatorEnv,
+                                   RolloutConfig(max_turns=2, max_new_tokens_per_turn=16), slots=1,
+                                   program_aware=program_aware)
+            ready = await worker.run(groups=2)
+            return worker, ready
+        finally:
+            for e in async_engines:
+                await e.shutdown()
+
+    worker, ready = asyncio.run(main())
+    assert len(ready) >= 2
+    assert all(calls[name] > 0 for name in ("place", "request_slot", "release_slot", "finish", "policy_changed")), calls
+    # the run cancelled the trajectories past the batch: every one placed has left its engine
+    assert calls["place"] == calls["finish"] and worker.core.placement.loads == [0, 0] and not worker.core.engine_of
+    assert submitted and (set(submitted) == {Priority.HIGH} if program_aware else Priority.LOW in set(submitted))

@@ -39,10 +39,17 @@ def test_a_paused_holder_gives_its_slot_to_a_runnable_trajectory(monkeypatch):
     monkeypatch.setattr(run, "_result", keep)
     run.simulate(small_spec("thunderagent", steps=1))
     worker, engines = built["worker"], built["engines"]
+    for index, engine in enumerate(engines):  # what each engine reports at the next urgent request
+        worker.core.demoted(index, engine.demoted_trajectories())
+    worker.core.check_invariants()
     for trajectory in worker.live.values():
-        paused = engines[trajectory.engine].paused(trajectory.key)
-        assert worker._slot_priority(trajectory).name == ("LOW" if paused else "HIGH")
-        assert worker._declared_priority(trajectory).name == "HIGH"
+        engine = worker.core.engine_of[trajectory.id]
+        paused = trajectory.key in engines[engine].demoted_trajectories()
+        assert worker.core.slot_priority(trajectory.id).name == ("LOW" if paused else "HIGH")
+        assert worker.core.declared_priority(trajectory.id).name == "HIGH"
+        slots = worker.slots[engine]
+        if trajectory.id in slots.holders or trajectory.id in slots.waiting:
+            assert slots.priorities[trajectory.id] == worker.core.slot_priority(trajectory.id)
 
 
 def test_thunderagent_engines_pause_tool_waiting_programs_first():

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
 from collections import Counter
 
+import pytest
 from tests.sim.sim_helpers import small_spec
 
 from venusrl.coordinator import policies
 from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.engine.radix_cache import RadixCache
 from venusrl.engine.scheduler import Scheduler
-from venusrl.rollout import orchestrator
+from venusrl.rollout import core, orchestrator
+from venusrl.rollout import worker as real_worker
 from venusrl.rollout.slots import SlotScheduler
 from venusrl.sim import run, worker
 from venusrl.sim.run import simulate
@@ -37,7 +41,7 @@ def test_simulator_calls_the_real_scheduler_cache_slots_coordinator_and_policy(m
         _count_calls(monkeypatch, owner, name, calls)
     moves: list = []
     real_choose = orchestrator.choose_moves
-    monkeypatch.setattr(worker, "choose_moves", lambda *a, **k: moves.append(1) or real_choose(*a, **k))
+    monkeypatch.setattr(core, "choose_moves", lambda *a, **k: moves.append(1) or real_choose(*a, **k))
 
     result = simulate(small_spec("venus"))
 
@@ -56,3 +60,48 @@ def test_the_modules_import_the_production_objects():
     from venusrl.sim import engine
 
     assert engine.Scheduler is Scheduler
+
+
+def core_methods_called(module) -> set[str]:
+    """The `RolloutCore` attributes a driver module reads through `self.core`."""
+    names = set()
+    for node in ast.walk(ast.parse(inspect.getsource(module))):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Attribute) and node.value.attr == "core"
+                and isinstance(node.value.value, ast.Name) and node.value.value.id == "self"):
+            names.add(node.attr)
+    return names
+
+
+def test_the_simulated_and_the_real_worker_drive_the_same_rollout_core():
+    assert worker.RolloutCore is real_worker.RolloutCore is core.RolloutCore
+    sim_calls, real_calls = core_methods_called(worker), core_methods_called(real_worker)
+    assert sim_calls == real_calls, (sim_calls ^ real_calls)
+    for name in sim_calls:  # the same objects: methods and state of the one class
+        assert hasattr(core.RolloutCore, name) or name in ("slots", "engine_of", "moving", "orchestration"), name
+    assert {"place", "wants_demoted", "demoted", "request_slot", "release_slot", "finish", "policy_changed",
+            "orchestrate", "arrived", "declared_priority"} <= sim_calls
+    # no decision code left in either driver: neither reaches the pieces the core composes
+    for module in (worker, real_worker):
+        for name in ("steal_candidate", "choose_moves", "LeastLoaded"):
+            assert not hasattr(module, name), f"{module.__name__} still uses {name}"
+
+
+@pytest.mark.parametrize("name", ["venus", "thunderagent", "slime"])
+def test_the_simulated_worker_calls_every_core_event_and_keeps_its_invariants(monkeypatch, name):
+    calls: Counter = Counter()
+    for method in core_methods_called(worker) & {n for n, v in vars(core.RolloutCore).items() if callable(v)}:
+        original = getattr(core.RolloutCore, method)
+
+        def checked(self, *args, _original=original, _method=method, **kwargs):
+            calls[f"RolloutCore.{_method}"] += 1
+            result = _original(self, *args, **kwargs)
+            self.check_invariants()
+            return result
+
+        monkeypatch.setattr(core.RolloutCore, method, checked)
+    assert simulate(small_spec(name)).steps == 3
+    if name != "venus":
+        return
+    missing = {n for n in ("place", "wants_demoted", "demoted", "request_slot", "release_slot", "finish",
+                           "policy_changed", "orchestrate", "arrived") if not calls[f"RolloutCore.{n}"]}
+    assert not missing, missing

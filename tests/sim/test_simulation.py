@@ -15,9 +15,10 @@ def test_every_trajectory_ends_exactly_once_and_the_engines_stay_consistent(monk
     done: list[int] = []
     original = DataCoordinator.on_trajectory_done
 
-    def recorded(self, trajectory_id, now, reward):
+    def recorded(self, trajectory_id, now, reward, record=None):
+        assert record is not None, "the simulator hands over its record of the trajectory"
         done.append(trajectory_id)
-        return original(self, trajectory_id, now, reward)
+        return original(self, trajectory_id, now, reward, record)
 
     monkeypatch.setattr(DataCoordinator, "on_trajectory_done", recorded)
     built = {}

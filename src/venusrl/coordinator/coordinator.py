@@ -10,6 +10,11 @@ Invariants (tested as properties):
   and exactly once; every admitted prompt ends trained or reported in `Decisions.dropped`;
 - a trajectory never spans more than max_version_span weight versions: past that it is
   discarded and its slot in the group re-run; at its last admissible version it is PROMOTED.
+
+One record per trajectory: turn events carry counts (context and generated tokens per turn,
+the weight version, tool time) for the policy and the staleness bound; the tokens, mask and
+log-probs the trainer reads are the rollout side's record, adopted whole with the done
+event (`on_trajectory_done(..., record=)`), never rebuilt here.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
 from venusrl.coordinator.config import CoordinatorConfig
 from venusrl.coordinator.decisions import Decisions, PriorityPolicy
@@ -29,6 +35,16 @@ from venusrl.coordinator.stats import RunningStats
 from venusrl.types import Group, GroupStatus, Prompt, Trajectory, TrajectoryStatus, Turn
 
 logger = logging.getLogger(__name__)
+
+
+class TrajectoryRecord(Protocol):
+    """What the rollout side recorded of one trajectory (the agent loop's `Rollout`; the
+    simulator's trajectory): aligned token ids, generated mask (1 where the policy sampled
+    the token) and behaviour log-probs (0 where the mask is 0)."""
+
+    token_ids: list[int]
+    generated_mask: Sequence[int]
+    logprobs: list[float]
 
 
 @dataclass(slots=True)
@@ -212,16 +228,13 @@ class DataCoordinator:
 
     def on_turn_start(self, trajectory_id: int, now: float, context_ids: Sequence[int] = ()) -> Decisions:
         """A turn enters generation; context_ids are the non-generated tokens fed before it
-        (the prompt on the first turn, the tool observation afterwards)."""
+        (the prompt on the first turn, the tool observation afterwards), counted, not kept."""
         out = Decisions()
         t = self._live_trajectory(trajectory_id, "turn_start")
         if t is None:
             return out
         if t.status is not TrajectoryStatus.WAITING:
             raise ValueError(f"turn_start: trajectory {trajectory_id} is {t.status.value}, expected waiting")
-        t.token_ids.extend(context_ids)
-        t.generated_mask.extend([False] * len(context_ids))
-        t.logprobs.extend([0.0] * len(context_ids))
         t.pending_context_tokens += len(context_ids)
         t.status = TrajectoryStatus.GENERATING
         t.turn_started_at = now
@@ -236,7 +249,8 @@ class DataCoordinator:
         weight_version: int,
         tool_call: bool,
     ) -> Decisions:
-        """A turn finished generating with `weight_version`; a tool call follows if tool_call."""
+        """A turn finished generating with `weight_version`; a tool call follows if tool_call.
+        The tokens are counted, not kept (the done event brings the record)."""
         out = Decisions()
         t = self._live_trajectory(trajectory_id, "turn_end")
         if t is None:
@@ -249,9 +263,6 @@ class DataCoordinator:
                 f"token_ids has {len(token_ids)}"
             )
         started = t.turn_started_at if t.turn_started_at is not None else now
-        t.token_ids.extend(token_ids)
-        t.generated_mask.extend([True] * len(token_ids))
-        t.logprobs.extend(logprobs)
         t.generated_tokens += len(token_ids)
         t.turns.append(Turn(weight_version, t.pending_context_tokens, len(token_ids), started, now))
         t.pending_context_tokens = 0
@@ -311,13 +322,20 @@ class DataCoordinator:
         self._rekey(self._running[t.group_id], now)
         return self._finish(now, out)
 
-    def on_trajectory_done(self, trajectory_id: int, now: float, reward: float) -> Decisions:
+    def on_trajectory_done(self, trajectory_id: int, now: float, reward: float,
+                           record: TrajectoryRecord | None = None) -> Decisions:
+        """The trajectory finished with `reward`. `record` is what the trainer reads of it
+        (its token ids, mask and log-probs become the trajectory's, the same lists); it must
+        agree with the turns reported. Without one (a scheduling benchmark) only the counts
+        are kept."""
         out = Decisions()
         t = self._live_trajectory(trajectory_id, "done")
         if t is None:
             return out
         if t.status is TrajectoryStatus.IN_TOOL:
             raise ValueError(f"done: trajectory {trajectory_id} is still in_tool")
+        if record is not None:
+            self._adopt(t, record)
         self._forget(t)
         t.status = TrajectoryStatus.DONE
         t.reward = float(reward)
@@ -417,6 +435,18 @@ class DataCoordinator:
             self._promoted_changed = True
         out.start.append(t)
         return t
+
+    @staticmethod
+    def _adopt(t: Trajectory, record: TrajectoryRecord) -> None:
+        where = f"done: trajectory {t.id}: record"
+        lengths = {name: len(getattr(record, name)) for name in ("token_ids", "generated_mask", "logprobs")}
+        if len(set(lengths.values())) != 1:
+            raise ValueError(f"{where} fields differ in length ({lengths})")
+        generated = sum(1 for m in record.generated_mask if m)
+        if generated != t.generated_tokens:
+            raise ValueError(f"{where}.generated_mask marks {generated} tokens, its turns generated {t.generated_tokens}")
+        t.token_ids, t.logprobs = record.token_ids, record.logprobs
+        t.generated_mask = [bool(m) for m in record.generated_mask]
 
     def _forget(self, t: Trajectory) -> None:
         """Remove an unfinished trajectory from every index of live ones."""

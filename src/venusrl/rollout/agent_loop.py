@@ -2,7 +2,9 @@
 environment, feed the observations back, until the model answers without a tool call, the
 environment says done, or a limit is hit. Everything the trainer needs is recorded: token
 ids, the mask of generated tokens, their behaviour log-probs and the weight version of each
-turn. Malformed calls, tool errors and timeouts become observations; truncation is marked."""
+turn. This `Rollout` is the trajectory's one record: the worker hands it to the coordinator
+with the done event and the trainer reads it. Malformed calls, tool errors and timeouts
+become observations; truncation is marked."""
 
 from __future__ import annotations
 
@@ -36,8 +38,9 @@ GenerateFn = Callable[[list[int], SamplingParams, str], Awaitable[TurnOutput]]
 class TurnObserver(Protocol):
     """Told of each turn boundary (the rollout worker reports them to the coordinator)."""
 
-    def turn_started(self, context_ids: list[int]) -> None:
-        """Generation starts; context_ids are the tokens fed since the last generated ones."""
+    def turn_started(self, context_ids: list[int], messages: Sequence[dict[str, Any]]) -> None:
+        """Generation starts; context_ids are the tokens fed since the last generated ones,
+        messages the chat so far (what a length predictor reads)."""
 
     def turn_ended(self, output: TurnOutput, tool_call: bool) -> None: ...
 
@@ -94,7 +97,7 @@ async def run_agent_loop(
         sampling = SamplingParams(max_new_tokens=min(config.max_new_tokens_per_turn, budget),
                                   temperature=config.temperature, top_p=config.top_p)
         if observer is not None:
-            observer.turn_started(conversation.token_ids[consumed:])
+            observer.turn_started(conversation.token_ids[consumed:], conversation.messages)
         output = await generate(list(conversation.token_ids), sampling, trajectory_id)
         parsed = conversation.add_assistant_turn(output.output_ids, id_prefix=f"{trajectory_id}-{turn}")
         consumed = len(conversation.token_ids)

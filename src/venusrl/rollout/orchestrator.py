@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from venusrl.engine.engine import Engine
-from venusrl.rollout.kv_transport import KVTransport
+if TYPE_CHECKING:  # the choice of moves stays pure: no torch behind it
+    from venusrl.engine.engine import Engine
+    from venusrl.rollout.kv_transport import KVTransport
 
 
 @dataclass(slots=True, frozen=True)

@@ -83,6 +83,7 @@ class SlotScheduler:
         return min(self.waiting, key=self._rank) if self.waiting else None
 
     def set_priority(self, trajectory: Hashable, priority: Priority) -> None:
+        """Takes effect at the next grant or preemption (a holder keeps its slot)."""
         if trajectory in self.priorities:
             self.priorities[trajectory] = priority
 

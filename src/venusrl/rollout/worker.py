@@ -1,13 +1,14 @@
-"""RolloutWorker: runs the coordinator's trajectories as agent loops on one engine and
+"""RolloutWorker: runs the coordinator's trajectories as agent loops on its engines and
 schedules them per action.
 
-Each trajectory is an asyncio task running `run_agent_loop`, on one engine for its whole
-life (the least loaded when it starts, so its KV stays put). A turn takes a generation slot
-(`SlotScheduler`) only while it generates; a PROMOTED/HIGH turn that finds every slot taken
-preempts a LOW one: the LOW request is aborted in the engine, keeps the tokens it produced,
-waits for a slot again and resumes from there (its prefix is still in the radix cache).
-Coordinator decisions are applied as they come: new trajectories start, discarded ones are
-cancelled, policy changes re-prioritise slots and engine requests.
+Each trajectory is an asyncio task running `run_agent_loop`. Every scheduling decision is
+the `RolloutCore`'s (the same object the simulator drives): placement on an engine, a
+generation slot per turn, preemption of a LOW turn by a PROMOTED/HIGH one (the LOW request
+is aborted in the engine, keeps the tokens it produced, waits for a slot again and resumes
+from there: its prefix is still in the radix cache), demotion-aware slot priority,
+re-prioritisation on a policy change, and moves between engines (idle-slot stealing,
+request orchestration). This driver reports events to the core and carries out its actions
+with asyncio: grant and preempt events, engine notifications, prefix KV copies.
 """
 
 from __future__ import annotations
@@ -15,12 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from venusrl.coordinator.coordinator import DataCoordinator
-from venusrl.coordinator.decisions import Decisions, PriorityPolicy
+from venusrl.coordinator.decisions import Decisions
 from venusrl.coordinator.predictors import (
     BackgroundPredictor,
     PredictionQuery,
@@ -33,12 +34,13 @@ from venusrl.env.base import Environment
 from venusrl.model.chat import ChatTokenizer
 from venusrl.rollout.agent_loop import TurnOutput, run_agent_loop
 from venusrl.rollout.config import RolloutConfig
+from venusrl.rollout.core import Action, Grant, Preempt, RolloutCore, SetEnginePriority
 from venusrl.rollout.generate import release_quietly
-from venusrl.rollout.orchestrator import choose_moves
-from venusrl.rollout.slots import SlotMode, SlotScheduler, steal_candidate
+from venusrl.rollout.orchestrator import Move
+from venusrl.rollout.slots import SlotMode, SlotScheduler
 from venusrl.sandbox.api import AsyncSandbox
 from venusrl.sandbox.controller import SandboxController
-from venusrl.types import Group, Priority, Prompt, SamplingParams, Trajectory
+from venusrl.types import Group, Prompt, SamplingParams, Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +89,15 @@ class RolloutWorker:
         predictor: BackgroundPredictor | None = None,
         sandboxes: SandboxController | None = None,
         on_ready: Callable[[Group], None] | None = None,
+        program_aware: bool = False,
     ):
+        """`program_aware`: ThunderAgent's scheduling (every program HIGH in the engine, slots
+        by demoted or not, the coordinator's policy ignored), as the simulator runs it."""
         self.coordinator, self.tokenizer = coordinator, tokenizer
         self.engines = engines if isinstance(engines, list) else [engines]
         self.env_factory, self.config, self.clock = env_factory, config, clock
         self.mode = mode
-        self.slots = [SlotScheduler(slots, mode, coordinator.critical_order) for _ in self.engines]  # per engine
-        self._engine_of: dict[int, int] = {}  # trajectory -> engine index, for its whole life
+        self.core = RolloutCore(coordinator, len(self.engines), slots, mode, program_aware=program_aware)
         self.ready: list[Group] = []
         self.dropped: list[Prompt] = []
         self.preemptions = 0
@@ -108,8 +112,8 @@ class RolloutWorker:
         self._tasks: dict[int, asyncio.Task] = {}
         self._grants: dict[int, asyncio.Event] = {}
         self._preempt: dict[int, asyncio.Event] = {}
-        self._moving: dict[int, asyncio.Task] = {}  # trajectories on their way to an idle engine
-        self._applied_policy = PriorityPolicy(0, frozenset(), frozenset())  # what _repriorise last applied
+        self._moving: dict[int, asyncio.Task] = {}  # prefix KV copies of moved trajectories
+        self._context: dict[int, list[int]] = {}  # the tokens a trajectory's pending turn starts from
 
     async def run(self, groups: int | None = None, stop: asyncio.Event | None = None) -> list[Group]:
         """Run until `groups` groups are ready, `stop` is set, or nothing is left to run: with
@@ -117,7 +121,7 @@ class RolloutWorker:
         keeps the worker going by stepping the weights, which refills the window)."""
         self._apply(self.coordinator.start(self.clock()))
         background = [asyncio.create_task(self._poll_predictions())] if self.predictor is not None else []
-        if len(self.engines) > 1 and self.mode == "priority":
+        if self.core.orchestration:
             background.append(asyncio.create_task(self._orchestrate()))
         stopped = asyncio.create_task(stop.wait()) if stop is not None else None
         try:
@@ -139,6 +143,10 @@ class RolloutWorker:
         return not self._tasks and (groups is not None or self.coordinator.finished)
 
     @property
+    def slots(self) -> list[SlotScheduler]:
+        return self.core.slots
+
+    @property
     def live_trajectories(self) -> int:
         return len(self._tasks)
 
@@ -149,16 +157,19 @@ class RolloutWorker:
 
     # ---- length predictions (off the critical path) ------------------------------------------
 
-    def _predict(self, trajectory_id: int, observation_ids: list[int]) -> None:
-        """Ask for a prediction at a turn boundary, with the observation the turn starts
-        from (the tool's output: test results, errors); the answer arrives through the
-        poller."""
+    def _predict(self, trajectory_id: int, messages: Sequence[dict[str, Any]]) -> None:
+        """Ask for a prediction at a turn boundary, with the chat so far and the observation
+        the turn starts from (the last message after an assistant turn: a tool's output, its
+        test results or errors, as `query_from_messages` reads it from a training example);
+        the answer arrives through the poller."""
         trajectory = self.coordinator.trajectory(trajectory_id)
         group = self.coordinator.group(trajectory.group_id) if trajectory is not None else None
         if self.predictor is None or group is None:
             return
-        observation = self.tokenizer.decode(observation_ids, skip_special_tokens=True) if trajectory.turns else ""
-        query = query_from_trajectory(trajectory, group, last_observation=observation)
+        last = messages[-1] if trajectory.turns and messages else {}
+        content = last.get("content") if last.get("role") != "assistant" else ""
+        observation = content if isinstance(content, str) else ""
+        query = query_from_trajectory(trajectory, group, messages=messages, last_observation=observation)
         self._queries.setdefault(trajectory_id, []).append(query)
         self.predictor.submit(query)
 
@@ -190,86 +201,66 @@ class RolloutWorker:
                 self.on_ready(group)
         self.dropped.extend(decisions.dropped)
         if decisions.policy is not None:
-            self._repriorise(decisions.policy)
+            self._act(self.core.policy_changed(decisions.policy))
         self._changed.set()
 
-    def _repriorise(self, policy: PriorityPolicy) -> None:
-        """Only the trajectories whose group entered or left the HIGH set or whose promotion
-        changed (O(change), as the simulator does): a trajectory started since reads the
-        current policy when it asks for a slot. Every one of them costs a notification to its
-        engine."""
-        old, self._applied_policy = self._applied_policy, policy
-        for trajectory_id in self.coordinator.touched_by(policy, old):
-            index = self._engine_of.get(trajectory_id)
-            if index is None:
-                continue
-            priority = self._priority(trajectory_id, policy)
-            self.slots[index].set_priority(trajectory_id, priority)
-            self.engines[index].set_priority(str(trajectory_id), priority)
+    def _act(self, actions: list[Action]) -> None:
+        """Carry out the core's actions: wake a granted turn, stop a preempted one, notify an
+        engine, start the prefix KV copy of a move."""
+        for action in actions:
+            if isinstance(action, Grant):
+                self._grants.setdefault(action.trajectory, asyncio.Event()).set()
+            elif isinstance(action, Preempt):
+                if action.trajectory in self._preempt:  # else it has not submitted yet: it re-asks on waking
+                    self._preempt[action.trajectory].set()
+            elif isinstance(action, SetEnginePriority):
+                self.engines[action.engine].set_priority(str(action.trajectory), action.priority)
+            elif isinstance(action, Move):
+                task = asyncio.create_task(self._move(action))
+                self._moving[action.request] = task
+                task.add_done_callback(lambda _, tid=action.request: self._moving.pop(tid, None))
 
-    def _priority(self, trajectory_id: int, policy: PriorityPolicy | None = None) -> Priority:
-        trajectory = self.coordinator.trajectory(trajectory_id)
-        if trajectory is None or self.mode != "priority":
-            return Priority.LOW
-        return (policy or self.coordinator.policy).priority(trajectory.group_id, trajectory_id)
-
-    # ---- request orchestration across engines (paper §4.3) ------------------------------------
+    # ---- moves between engines: stealing and request orchestration (paper §4.3) ---------------
 
     async def _orchestrate(self) -> None:
         while True:
             await asyncio.sleep(self.config.orchestration_interval_s)
-            pressure, capacity, waiting = {}, {}, {}
+            pressure, capacity = {}, {}
             for index, engine in enumerate(self.engines):
                 load = await engine.load()
                 pressure[index], capacity[index] = load.high_pressure, load.kv_capacity_tokens
-                waiting[index] = [(tid, len(self.coordinator.trajectory(tid).token_ids))
-                                  for tid in self.slots[index].waiting
-                                  if self.slots[index].priorities.get(tid, Priority.LOW) < Priority.LOW
-                                  and self.coordinator.trajectory(tid) is not None]
-            for move in choose_moves(pressure, capacity, waiting, self.config.orchestration_threshold):
-                await self._move(move.request, move.source, move.target)
+            self._act(self.core.orchestrate(pressure, capacity, lambda tid: len(self._context[tid]),
+                                            self.config.orchestration_threshold))
 
-    def _steal_for(self, target: int) -> None:
-        """An engine whose slots would idle takes a turn queued on another (`steal_candidate`);
-        venus only, like orchestration."""
-        if self.mode != "priority" or len(self.engines) < 2:
+    async def _move(self, move: Move) -> None:
+        """The core moved a waiting trajectory (it left the source's slots): copy its prefix
+        KV to the target, release it on the source, and let it ask for a slot on the target.
+        A failed copy costs the target a recompute, never the trajectory."""
+        trajectory_id, source, target = move.request, move.source, move.target
+        key, token_ids = str(trajectory_id), self._context[trajectory_id]
+        copied = 0
+        try:
+            prefix = await self.engines[source].export_prefix(token_ids)
+            await self.engines[target].start_trajectory(key, self.core.declared_priority(trajectory_id))
+            if prefix.tokens:  # live before its KV lands
+                copied = await self.engines[target].import_prefix(token_ids[: prefix.tokens], prefix.kv, key)
+            await self.engines[source].release_trajectory(key)
+        except Exception as err:
+            log.warning("trajectory %d: prefix KV copy from engine %d to %d failed (%s); it recomputes",
+                        trajectory_id, source, target, err)
+        if not self.core.arrived(trajectory_id):  # it ended while its KV was copied
+            await release_quietly(self.engines[target], key)
             return
-        choice = steal_candidate(self.slots, target, excluded=self._moving)
-        if choice is not None:
-            source, trajectory_id = choice
-            task = asyncio.create_task(self._move(trajectory_id, source, target))
-            self._moving[trajectory_id] = task
-            task.add_done_callback(lambda _, tid=trajectory_id: self._moving.pop(tid, None))
-
-    async def _move(self, trajectory_id: int, source: int, target: int) -> None:
-        """Move a trajectory waiting for a slot on `source` to `target`, with its prefix KV."""
-        trajectory = self.coordinator.trajectory(trajectory_id)
-        if trajectory is None:
-            return  # finished or discarded meanwhile
-        token_ids = list(trajectory.token_ids)
-        key = str(trajectory_id)
-        prefix = await self.engines[source].export_prefix(token_ids)
-        if trajectory_id not in self.slots[source].waiting or self._engine_of.get(trajectory_id) != source:
-            return  # granted (or gone) while the KV was copied: it stays where it is
-        await self.engines[target].start_trajectory(key, self._priority(trajectory_id))  # live before its KV lands
-        if prefix.tokens:
-            await self.engines[target].import_prefix(token_ids[: prefix.tokens], prefix.kv, key)
-        await self.engines[source].release_trajectory(key)
-        self.slots[source].release(trajectory_id, finished=True)
-        self._engine_of[trajectory_id] = target
-        self._grants.setdefault(trajectory_id, asyncio.Event()).set()  # re-request on the target
         self.migrations += 1
         log.info("trajectory %d moved from engine %d to %d with %d prefix tokens", trajectory_id, source, target,
-                 prefix.tokens)
+                 copied)
+        self._grants.setdefault(trajectory_id, asyncio.Event()).set()  # it asks again, on the target
 
     # ---- one trajectory --------------------------------------------------------------------
 
     async def _run_trajectory(self, trajectory: Trajectory) -> None:
         trajectory_id = trajectory.id
-        loads = [0] * len(self.engines)
-        for index in self._engine_of.values():
-            loads[index] += 1
-        self._engine_of[trajectory_id] = loads.index(min(loads))  # the least-loaded engine
+        self.core.place(trajectory_id)
         row = trajectory.prompt.row()
         observer = _CoordinatorReport(self, trajectory_id)
         env, sandbox = self.env_factory(), None
@@ -285,12 +276,13 @@ class RolloutWorker:
             log.warning("trajectory %d failed: %s", trajectory_id, err)
             self._apply(self.coordinator.on_trajectory_failed(trajectory_id, self.clock(), str(err)))
         else:
-            self._apply(self.coordinator.on_trajectory_done(trajectory_id, self.clock(), rollout.reward))
+            self._apply(self.coordinator.on_trajectory_done(trajectory_id, self.clock(), rollout.reward, record=rollout))
             self._learn_from(trajectory_id, sum(rollout.generated_mask))
         finally:
             self._queries.pop(trajectory_id, None)
-            self._release(trajectory_id, finished=True)
-            engine = self.engines[self._engine_of.pop(trajectory_id)]
+            self._context.pop(trajectory_id, None)
+            engine = self.engines[self.core.engine_of[trajectory_id]]
+            self._act(self.core.finish(trajectory_id))
             del self._tasks[trajectory_id]
             self._changed.set()
             await release_quietly(engine, str(trajectory_id))
@@ -301,11 +293,12 @@ class RolloutWorker:
         trajectory_id = int(key)
         turn = TurnResult()
         while turn.finish_reason in (None, "abort"):
+            context = self._context[trajectory_id] = prompt_ids + turn.output_ids
             await self._acquire(trajectory_id)
             preempt = self._preempt[trajectory_id] = asyncio.Event()
             remaining = replace(sampling, max_new_tokens=sampling.max_new_tokens - len(turn.output_ids))
-            engine = self.engines[self._engine_of[trajectory_id]]
-            stream = engine.generate(prompt_ids + turn.output_ids, remaining, self._priority(trajectory_id), key)
+            engine = self.engines[self.core.engine_of[trajectory_id]]
+            stream = engine.generate(context, remaining, self.core.declared_priority(trajectory_id), key)
             latest = _Latest()
             try:
                 last = await _until_done_or(stream, preempt, latest)
@@ -313,7 +306,7 @@ class RolloutWorker:
                 self.tokens.cancelled += len(latest.output.output_ids) if latest.output else 0
                 raise
             del self._preempt[trajectory_id]
-            self._release(trajectory_id, finished=False)
+            self._act(self.core.release_slot(trajectory_id))
             if last is not None:
                 self.tokens.kept += len(last.output_ids)
                 turn.output_ids += last.output_ids
@@ -330,43 +323,20 @@ class RolloutWorker:
         return turn
 
     async def _acquire(self, trajectory_id: int) -> None:
+        """Until the trajectory holds a slot on its engine (re-read each time: a move changes
+        it; a preempted waiter woken by a grant may have lost the slot again)."""
         while True:
-            index = self._engine_of[trajectory_id]  # re-read: a move changes it
-            slots = self.slots[index]
-            if trajectory_id in slots.holders:
+            engine = self.core.engine_of[trajectory_id]
+            if trajectory_id in self.core.slots[engine].holders:
                 return
-            priority = self._priority(trajectory_id)
-            if self.mode == "priority" and priority < Priority.LOW and len(slots.holders) >= slots.slots:
-                await self._demote_slots_of_paused(index)
-                if self._engine_of.get(trajectory_id) != index or trajectory_id in slots.holders:
-                    continue  # moved or granted while the engine answered
-            granted, victim = slots.request(trajectory_id, self._priority(trajectory_id))
-            if victim is not None and victim in self._preempt:
-                self._preempt[victim].set()
-            if granted:
-                return
-            event = self._grants.setdefault(trajectory_id, asyncio.Event())
-            for other in range(len(self.slots)):  # queued here while an engine idles: move there
-                self._steal_for(other)
-            await event.wait()
+            asked = self.core.wants_demoted(trajectory_id)
+            if asked is not None:
+                self.core.demoted(asked, await self.engines[asked].demoted_trajectories())
+            granted = self._grants[trajectory_id] = asyncio.Event()
+            self._act(self.core.request_slot(trajectory_id))
+            if trajectory_id not in self.core.slots[self.core.engine_of[trajectory_id]].holders:
+                await granted.wait()  # a grant, or a move that landed
             self._grants.pop(trajectory_id, None)
-
-    async def _demote_slots_of_paused(self, index: int) -> None:
-        """A trajectory the engine has demoted (residency-aware demotion) cannot get KV while
-        HIGH work fills the pool, so it must not keep a HIGH slot: holding one while its turn
-        stalls would stall the HIGH trajectories waiting for slots too. Its slot priority
-        becomes LOW, which makes it preemptible; the rest get their coordinator priority."""
-        demoted = await self.engines[index].demoted_trajectories()
-        slots = self.slots[index]
-        for other in [*slots.holders, *slots.waiting]:
-            paused = str(other) in demoted
-            slots.set_priority(other, Priority.LOW if paused else self._priority(other))
-
-    def _release(self, trajectory_id: int, finished: bool) -> None:
-        index = self._engine_of[trajectory_id]
-        for granted in self.slots[index].release(trajectory_id, finished):
-            self._grants.setdefault(granted, asyncio.Event()).set()
-        self._steal_for(index)
 
 
 async def next_ready(ready: asyncio.Queue[Group], running: asyncio.Task) -> Group | None:
@@ -435,10 +405,10 @@ class _CoordinatorReport:
     worker: RolloutWorker
     trajectory_id: int
 
-    def turn_started(self, context_ids: list[int]) -> None:
+    def turn_started(self, context_ids: list[int], messages: Sequence[dict[str, Any]]) -> None:
         coordinator = self.worker.coordinator
         self.worker._apply(coordinator.on_turn_start(self.trajectory_id, self.worker.clock(), context_ids))
-        self.worker._predict(self.trajectory_id, context_ids)
+        self.worker._predict(self.trajectory_id, messages)
 
     def turn_ended(self, output: TurnOutput, tool_call: bool) -> None:
         version = max(output.weight_versions, default=self.worker.coordinator.weight_version)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 
 from venusrl.engine.batch import Batch
+from venusrl.engine.client import EngineLoad
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.request import PartialOutput
 from venusrl.engine.scheduler import Scheduler
@@ -96,10 +97,13 @@ class SimEngine:
         self._imports.append((token_ids, trajectory_id, priority))
         self._wake()
 
-    def paused(self, trajectory_id: str) -> bool:
-        """Demoted by residency-aware demotion (ThunderAgent's paused program)."""
-        trajectory = self.scheduler.cache.trajectories.get(trajectory_id)
-        return trajectory is not None and trajectory.demoted
+    def demoted_trajectories(self) -> frozenset[str]:
+        """Trajectories residency-aware demotion has made LOW (ThunderAgent's paused programs)."""
+        return frozenset(map(str, self.scheduler.demoted_trajectories()))
+
+    def load(self) -> EngineLoad:
+        stats = self.scheduler.stats()
+        return EngineLoad(stats.high_pressure, stats.kv_capacity_tokens, self.demoted_trajectories())
 
     def cached_prefix_units(self, token_ids: list[int]) -> int:
         return len(self.scheduler.cached_prefix_slots(token_ids))

@@ -1,8 +1,8 @@
 """The simulated rollout worker: the real coordinator's trajectories as agent loops on the
-simulated engines, scheduled per action with the real `SlotScheduler` and, across engines,
-the real `choose_moves`. It mirrors `venusrl.rollout.worker.RolloutWorker` event for event
-(turn start, prediction, slot grant, preemption, turn end, tool call, done, discard, policy
-change, moves between engines) with the event loop in place of asyncio.
+simulated engines. Every scheduling decision (placement, slots, preemption, demotion-aware
+slot priority, re-prioritisation, stealing, orchestration moves, program-aware mode) is the
+real `RolloutCore`'s, the same object the asyncio `RolloutWorker` drives; this driver reports
+the events of the event loop to it and carries out its actions on the simulated engines.
 
 Lengths are in units of `quantum` real tokens: a trajectory's context is a list of unit ids
 (its group's prompt ids, then its own generated and observation ids).
@@ -10,7 +10,6 @@ Lengths are in units of `quantum` real tokens: a trajectory's context is a list 
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import logging
 from collections.abc import Callable
@@ -18,16 +17,17 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from venusrl.coordinator.coordinator import DataCoordinator
-from venusrl.coordinator.decisions import Decisions, PriorityPolicy
+from venusrl.coordinator.decisions import Decisions
 from venusrl.engine.request import PartialOutput
-from venusrl.rollout.orchestrator import choose_moves
-from venusrl.rollout.slots import SlotScheduler, steal_candidate
+from venusrl.rollout.core import Action, Grant, Preempt, RolloutCore, SetEnginePriority
+from venusrl.rollout.orchestrator import Move
+from venusrl.rollout.slots import SlotScheduler
 from venusrl.sim.engine import SimEngine
 from venusrl.sim.events import Event, EventLoop
 from venusrl.sim.predictor import NoisyLengthPredictor
 from venusrl.sim.systems import SystemSpec
 from venusrl.sim.workload import TrajectoryPlan
-from venusrl.types import Group, Priority, Trajectory
+from venusrl.types import Group, Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,8 @@ class SimTrajectory:
     gen_units: tuple[int, ...]  # per turn
     obs_units: tuple[int, ...]
     tool_seconds: tuple[float, ...]
-    engine: int
     token_ids: list[int]
+    generated_mask: list[bool]  # aligned with token_ids: the units the engine sampled
     turn: int = 0
     into_turn: int = 0  # units of the current turn generated so far (across preemptions)
     generated: int = 0  # units generated in finished turns
@@ -59,28 +59,13 @@ class SimTrajectory:
     pending: Event | None = None  # the tool call or migration under way
 
     @property
+    def logprobs(self) -> list[float]:
+        """No model, no log-probs: zeros, aligned (the record the coordinator adopts)."""
+        return [0.0] * len(self.token_ids)
+
+    @property
     def remaining_units(self) -> int:
         return sum(self.gen_units[self.turn :]) - self.into_turn
-
-
-class LeastLoaded:
-    """The engine with the fewest live trajectories in O(log E): a heap with lazy entries."""
-
-    def __init__(self, engines: int) -> None:
-        self.loads = [0] * engines
-        self._heap = [(0, i) for i in range(engines)]
-
-    def take(self) -> int:
-        while True:
-            load, index = self._heap[0]
-            if load == self.loads[index]:
-                self.add(index, 1)
-                return index
-            heapq.heappop(self._heap)
-
-    def add(self, index: int, delta: int) -> None:
-        self.loads[index] += delta
-        heapq.heappush(self._heap, (self.loads[index], index))
 
 
 @dataclass(slots=True)
@@ -112,24 +97,26 @@ class SimWorker:
     transfer_s_per_unit: float = 0.0  # host-to-host copy of one unit of prefix KV
     counts: WorkerCounts = field(default_factory=WorkerCounts)
     live: dict[int, SimTrajectory] = field(default_factory=dict)
-    slots: list[SlotScheduler] = field(init=False)
+    core: RolloutCore = field(init=False)
     _by_request: dict[str, SimTrajectory] = field(default_factory=dict)
-    _policy: PriorityPolicy = field(default_factory=lambda: PriorityPolicy(0, frozenset(), frozenset()))
-    _placement: LeastLoaded = field(init=False)
 
     def __post_init__(self) -> None:
-        self.slots = [SlotScheduler(self.slots_per_engine, self.system.slot_mode, self.coordinator.critical_order)
-                      for _ in self.engines]
-        self._placement = LeastLoaded(len(self.engines))
+        self.core = RolloutCore(self.coordinator, len(self.engines), self.slots_per_engine, self.system.slot_mode,
+                                demotion_aware=self.system.demotion, orchestration=self.system.orchestration,
+                                program_aware=self.system.program_aware)
         for engine in self.engines:
             engine.on_finished = self._on_request_finished
 
+    @property
+    def slots(self) -> list[SlotScheduler]:
+        return self.core.slots
+
     def start(self) -> None:
         self._apply(self.coordinator.start(self.loop.now))
-        if self.system.orchestration and len(self.engines) > 1:
+        if self.core.orchestration:
             self.loop.after(self.orchestration_interval_s, self._orchestrate)
 
-    # ---- coordinator decisions -------------------------------------------------------------
+    # ---- coordinator decisions and the core's actions ----------------------------------------
 
     def _apply(self, decisions: Decisions) -> None:
         for trajectory in decisions.start:
@@ -138,37 +125,33 @@ class SimWorker:
             self._discard(trajectory_id)
         for group in decisions.ready:
             self.on_ready(group)
-        if decisions.policy is not None and self.system.slot_mode == "priority" and not self.system.program_aware:
-            self._repriorise(decisions.policy)
+        if decisions.policy is not None:
+            self._act(self.core.policy_changed(decisions.policy))
 
-    def _repriorise(self, policy: PriorityPolicy) -> None:
-        """Only trajectories whose group or promotion changed: O(change), not O(live)."""
-        old, self._policy = self._policy, policy
-        for trajectory_id in self.coordinator.touched_by(policy, old):
-            trajectory = self.live.get(trajectory_id)
-            if trajectory is None:
+    def _act(self, actions: list[Action]) -> None:
+        """Carry out the core's actions in order. Carrying one out may report events (a turn
+        that ends at once), so each is checked against the core's state when its turn comes."""
+        for action in actions:
+            if isinstance(action, Move):
+                t = self.live.get(action.request)
+                if t is not None:
+                    self._move(t, action.source, action.target)
                 continue
-            self.slots[trajectory.engine].set_priority(trajectory_id, self._slot_priority(trajectory))
-            self.engines[trajectory.engine].set_priority(trajectory.key, self._declared_priority(trajectory))
+            t = self.live.get(action.trajectory)
+            if t is None:
+                continue
+            if isinstance(action, Grant):
+                if action.trajectory in self.core.slots[action.engine].holders and t.phase is Phase.WAITING_SLOT:
+                    self._submit(t)
+            elif isinstance(action, Preempt):
+                self._preempt(t)
+            elif isinstance(action, SetEnginePriority):
+                self.engines[action.engine].set_priority(t.key, action.priority)
 
-    def _declared_priority(self, trajectory: SimTrajectory) -> Priority:
-        """What the engine is told: the coordinator's priority, HIGH for every program under
-        program-aware scheduling, LOW where slots ignore priority."""
-        if self.system.program_aware:
-            return Priority.HIGH
-        if self.system.slot_mode != "priority":
-            return Priority.LOW
-        return self.coordinator.policy.priority(trajectory.group_id, trajectory.id)
-
-    def _slot_priority(self, trajectory: SimTrajectory) -> Priority:
-        """The declared priority, but LOW while the engine has demoted (paused) the
-        trajectory: it cannot get KV then, so it must not keep a slot from one that can."""
-        if self.system.demotion and self.engines[trajectory.engine].paused(trajectory.key):
-            return Priority.LOW
-        return self._declared_priority(trajectory)
+    def _engine(self, t: SimTrajectory) -> SimEngine:
+        return self.engines[self.core.engine_of[t.id]]
 
     # ---- one trajectory --------------------------------------------------------------------
-
     def _start(self, trajectory: Trajectory) -> None:
         plan = self.plan_of(trajectory)
         q = self.quantum
@@ -178,8 +161,10 @@ class SimWorker:
         sim = SimTrajectory(
             id=trajectory.id, key=str(trajectory.id), group_id=trajectory.group_id,
             gen_units=gen, obs_units=obs, tool_seconds=tuple(t.tool_seconds for t in turns),
-            engine=self._placement.take(), token_ids=list(self.prompt_ids_of(trajectory)),
+            token_ids=list(self.prompt_ids_of(trajectory)), generated_mask=[],
         )  # fmt: skip
+        sim.generated_mask.extend([False] * len(sim.token_ids))
+        self.core.place(sim.id)
         self.live[sim.id] = sim
         self._turn_start(sim, list(sim.token_ids))
 
@@ -201,22 +186,14 @@ class SimWorker:
 
     def _request_slot(self, t: SimTrajectory) -> None:
         t.phase = Phase.WAITING_SLOT
-        slots = self.slots[t.engine]
-        if self.system.demotion and self.system.slot_mode == "priority" and len(slots.holders) >= slots.slots:
-            for other in itertools.chain(slots.holders, slots.waiting):  # demotions change per iteration
-                slots.set_priority(other, self._slot_priority(self.live[other]))
-        granted, victim = slots.request(t.id, self._slot_priority(t))
-        if victim is not None:
-            self._preempt(self.live[victim])
-        if granted:
-            self._submit(t)
-        elif self.system.orchestration:  # queued here while an engine idles: move there
-            for other in range(len(self.slots)):
-                self._steal_for(other)
+        asked = self.core.wants_demoted(t.id)
+        if asked is not None:  # demotions change per iteration: the engine says which hold now
+            self.core.demoted(asked, self.engines[asked].demoted_trajectories())
+        self._act(self.core.request_slot(t.id))
 
     def _submit(self, t: SimTrajectory) -> None:
         remaining = t.gen_units[t.turn] - t.into_turn
-        room = self.engines[t.engine].scheduler.allocator.capacity_tokens - 1 - len(t.token_ids)
+        room = self._engine(t).scheduler.allocator.capacity_tokens - 1 - len(t.token_ids)
         if remaining <= 0 or room <= 0:  # preempted after its last unit, or the pool is full
             self._turn_end(t)
             return
@@ -224,14 +201,14 @@ class SimWorker:
         t.requests += 1
         t.request_id = f"{t.key}.{t.requests}"
         self._by_request[t.request_id] = t
-        self.engines[t.engine].add_request(t.request_id, t.token_ids, remaining, self._declared_priority(t), t.key)
+        self._engine(t).add_request(t.request_id, t.token_ids, remaining, self.core.declared_priority(t.id), t.key)
 
     def _preempt(self, t: SimTrajectory) -> None:
         """A HIGH turn took the slot of this LOW one: abort its request, keep its tokens; it
         waits for a slot again (the slot scheduler queued it)."""
         if t.request_id is None:
             return
-        partial = self.engines[t.engine].abort(t.request_id)
+        partial = self._engine(t).abort(t.request_id)
         self._take_output(t, partial)
         t.phase = Phase.WAITING_SLOT
         self.counts.preemptions += 1
@@ -240,6 +217,7 @@ class SimWorker:
         del self._by_request[output.request_id]
         t.request_id = None
         t.token_ids.extend(output.output_ids)
+        t.generated_mask.extend([True] * len(output.output_ids))
         t.into_turn += len(output.output_ids)
 
     def _on_request_finished(self, engine: int, output: PartialOutput) -> None:
@@ -250,7 +228,8 @@ class SimWorker:
         self._turn_end(t)
 
     def _turn_end(self, t: SimTrajectory) -> None:
-        self._release_slot(t, finished=False)
+        t.phase = Phase.IN_TOOL  # out of generation; the tool call or the end follows
+        self._act(self.core.release_slot(t.id))
         units = t.into_turn
         turn_ids = t.token_ids[len(t.token_ids) - units :]
         last = t.turn == len(t.gen_units) - 1
@@ -258,7 +237,7 @@ class SimWorker:
         t.generated += units
         t.into_turn = 0
         self.counts.turns += 1
-        version = self.engines[t.engine].weight_version
+        version = self._engine(t).weight_version
         self._apply(self.coordinator.on_turn_end(t.id, self.loop.now, turn_ids, [0.0] * units, version,
                                                  tool_call=tool > 0 or not last))
         if t.phase is Phase.DONE:  # discarded as stale
@@ -279,13 +258,14 @@ class SimWorker:
             return
         observation = [next(self.token_ids) for _ in range(t.obs_units[t.turn])]
         t.token_ids.extend(observation)
+        t.generated_mask.extend([False] * len(observation))
         t.turn += 1
         self._turn_start(t, observation)
 
     def _finish(self, t: SimTrajectory) -> None:
         self._end(t)
         self.counts.finished += 1
-        self._apply(self.coordinator.on_trajectory_done(t.id, self.loop.now, reward=0.0))
+        self._apply(self.coordinator.on_trajectory_done(t.id, self.loop.now, reward=0.0, record=t))
 
     def _discard(self, trajectory_id: int) -> None:
         t = self.live.get(trajectory_id)
@@ -293,7 +273,7 @@ class SimWorker:
             return
         if t.request_id is not None:
             self._by_request.pop(t.request_id, None)
-            self.engines[t.engine].abort(t.request_id)
+            self._engine(t).abort(t.request_id)
             t.request_id = None
         if t.pending is not None:
             t.pending.cancel()
@@ -303,46 +283,28 @@ class SimWorker:
     def _end(self, t: SimTrajectory) -> None:
         t.phase = Phase.DONE
         del self.live[t.id]
-        self._release_slot(t, finished=True)
-        self.engines[t.engine].release_trajectory(t.key)
-        self._placement.add(t.engine, -1)
+        engine = self._engine(t)
+        self._act(self.core.finish(t.id))
+        engine.release_trajectory(t.key)
 
-    def _release_slot(self, t: SimTrajectory, finished: bool) -> None:
-        for granted in self.slots[t.engine].release(t.id, finished):
-            self._submit(self.live[granted])
-        if self.system.orchestration:
-            self._steal_for(t.engine)
-
-    def _steal_for(self, target: int) -> None:
-        """An engine whose slots would idle takes a turn queued on another (`steal_candidate`)."""
-        choice = steal_candidate(self.slots, target)
-        if choice is not None:
-            source, trajectory_id = choice
-            self._move(self.live[trajectory_id], source, target)
-
-    # ---- request orchestration across engines (paper §4.3) ------------------------------------
+    # ---- moves between engines: stealing and request orchestration (paper §4.3) ---------------
 
     def _orchestrate(self) -> None:
-        pressure, capacity, waiting = {}, {}, {}
+        pressure, capacity = {}, {}
         for index, engine in enumerate(self.engines):
-            stats = engine.scheduler.stats()
-            pressure[index], capacity[index] = stats.high_pressure, stats.kv_capacity_tokens
-            slots = self.slots[index]
-            waiting[index] = [(tid, len(self.live[tid].token_ids)) for tid in slots.waiting
-                              if slots.priorities.get(tid, Priority.LOW) < Priority.LOW]
-        for move in choose_moves(pressure, capacity, waiting, self.orchestration_threshold):
-            self._move(self.live[move.request], move.source, move.target)
+            load = engine.load()
+            pressure[index], capacity[index] = load.high_pressure, load.kv_capacity_tokens
+        self._act(self.core.orchestrate(pressure, capacity, lambda tid: len(self.live[tid].token_ids),
+                                        self.orchestration_threshold))
         if self.live or not self.coordinator.finished:
             self.loop.after(self.orchestration_interval_s, self._orchestrate)
 
     def _move(self, t: SimTrajectory, source: int, target: int) -> None:
-        """Leave `source` now; arrive on `target` with the prefix KV once it is copied."""
+        """The core moved `t` (it left `source`'s slots): export its prefix KV, release it on
+        `source`, and arrive on `target` with the KV once it is copied."""
         exported = self.engines[source].cached_prefix_units(t.token_ids)
-        self._release_slot(t, finished=True)
         self.engines[source].release_trajectory(t.key)
-        self._placement.add(source, -1)
-        self._placement.add(target, 1)
-        t.engine, t.phase = target, Phase.MOVING
+        t.phase = Phase.MOVING
         self.counts.migrations += 1
         self.counts.migrated_units += exported
         log.info("trajectory %d moves from engine %d to %d with %d prefix units", t.id, source, target, exported)
@@ -351,6 +313,8 @@ class SimWorker:
 
     def _arrive(self, t: SimTrajectory, prefix: list[int]) -> None:
         t.pending = None
+        if not self.core.arrived(t.id):
+            return
         if prefix:
-            self.engines[t.engine].queue_import(prefix, t.key, self._declared_priority(t))
+            self._engine(t).queue_import(prefix, t.key, self.core.declared_priority(t.id))
         self._request_slot(t)

@@ -1,0 +1,203 @@
+"""RolloutCore: the rollout worker's decisions as pure code, under random event sequences."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from venusrl.coordinator.config import CoordinatorConfig
+from venusrl.coordinator.coordinator import DataCoordinator
+from venusrl.coordinator.decisions import PriorityPolicy
+from venusrl.rollout.core import Grant, Preempt, RolloutCore, SetEnginePriority
+from venusrl.rollout.orchestrator import Move
+from venusrl.types import Priority, Prompt
+
+H, L, P = Priority.HIGH, Priority.LOW, Priority.PROMOTED
+
+
+def coordinator(groups: int = 4, group_size: int = 2) -> DataCoordinator:
+    prompts = [Prompt(id=str(i), messages=({"role": "user", "content": "q"},)) for i in range(groups)]
+    return DataCoordinator(CoordinatorConfig(group_size=group_size, batch_groups=groups), prompts)
+
+
+def started(c: DataCoordinator) -> list[int]:
+    return [t.id for t in c.start(0.0).start]
+
+
+class Driver:
+    """Applies a core's actions the way both real drivers do, and records who generates."""
+
+    def __init__(self, core: RolloutCore) -> None:
+        self.core = core
+        self.generating: set[int] = set()
+        self.engine_priority: dict[int, Priority] = {}
+
+    def apply(self, actions) -> None:
+        for action in actions:
+            if isinstance(action, Grant):
+                self.generating.add(action.trajectory)
+                assert self.core.engine_of[action.trajectory] == action.engine
+            elif isinstance(action, Preempt):
+                assert action.trajectory in self.core.slots[action.engine].waiting
+                self.generating.discard(action.trajectory)
+            elif isinstance(action, SetEnginePriority):
+                self.engine_priority[action.trajectory] = action.priority
+            elif isinstance(action, Move):
+                assert action.request in self.core.moving
+            else:
+                raise AssertionError(f"unknown action {action!r}")
+
+
+def test_a_high_turn_preempts_the_latest_low_holder_and_a_waiter_is_granted_on_release():
+    c = coordinator(groups=1, group_size=3)
+    a, b, h = started(c)
+    core = RolloutCore(c, engines=1, slots_per_engine=2)
+    core.declared_priority = lambda t, policy=None: H if t == h else L  # type: ignore[method-assign]
+    for t in (a, b, h):
+        core.place(t)
+    assert core.request_slot(a) == [Grant(a, 0, L)]
+    assert core.request_slot(b) == [Grant(b, 0, L)]
+    assert core.request_slot(h) == [Preempt(b, 0), Grant(h, 0, H)]
+    assert core.release_slot(h) == [Grant(b, 0, L)]
+    core.check_invariants()
+
+
+def test_a_demoted_holder_yields_its_slot_to_an_urgent_turn():
+    c = coordinator(groups=1, group_size=2)
+    a, b = started(c)
+    core = RolloutCore(c, engines=1, slots_per_engine=1)
+    core.declared_priority = lambda t, policy=None: H  # type: ignore[method-assign]
+    core.place(a), core.place(b)
+    assert core.request_slot(a) == [Grant(a, 0, H)]
+    assert core.wants_demoted(b) == 0
+    core.demoted(0, {str(a)})
+    assert core.slot_priority(a) == L and core.declared_priority(a) == H
+    assert core.request_slot(b) == [Preempt(a, 0), Grant(b, 0, H)]
+    core.check_invariants()
+
+
+def test_program_aware_declares_every_program_high_and_ignores_the_policy():
+    c = coordinator(groups=2, group_size=1)
+    a, b = started(c)
+    core = RolloutCore(c, engines=1, slots_per_engine=1, program_aware=True, orchestration=False)
+    core.place(a), core.place(b)
+    assert core.declared_priority(a) == core.declared_priority(b) == H
+    assert core.policy_changed(PriorityPolicy(9, frozenset(), frozenset({a}))) == []
+
+
+def test_placement_is_least_loaded_and_a_stolen_waiter_leaves_its_source_at_once():
+    c = coordinator(groups=2, group_size=2)
+    ids = started(c)
+    core = RolloutCore(c, engines=2, slots_per_engine=1)
+    core.declared_priority = lambda t, policy=None: H  # type: ignore[method-assign]
+    assert [core.place(t) for t in ids] == [0, 1, 0, 1]
+    assert core.request_slot(ids[0]) == [Grant(ids[0], 0, H)]
+    # engine 1 is idle: the waiter queued on engine 0 moves there
+    assert core.request_slot(ids[2]) == [Move(ids[2], 0, 1)]
+    assert core.engine_of[ids[2]] == 1 and ids[2] not in core.slots[0].waiting and ids[2] in core.moving
+    core.check_invariants()
+    with pytest.raises(ValueError, match="moving"):
+        core.request_slot(ids[2])
+    assert core.arrived(ids[2])
+    assert core.request_slot(ids[2]) == [Grant(ids[2], 1, H)]
+    core.check_invariants()
+
+
+def test_a_policy_change_touches_only_the_changed_groups_and_preempts_nobody():
+    c = coordinator(groups=2, group_size=1)
+    a, b = started(c)
+    group = {t.id: t.group_id for t in c.running_groups()[0].trajectories + c.running_groups()[1].trajectories}
+    core = RolloutCore(c, engines=1, slots_per_engine=1)
+    core.place(a), core.place(b)
+    low_all = PriorityPolicy(50, frozenset(), frozenset())
+    c._policy = low_all  # a policy with no HIGH group, applied
+    core.policy_changed(low_all)
+    assert core.request_slot(a) == [Grant(a, 0, L)]
+    assert core.request_slot(b) == []
+    high_b = PriorityPolicy(51, frozenset({group[b]}), frozenset())
+    c._policy = high_b
+    # b is HIGH now; a keeps its slot (no preemption at a re-ranking) until its turn ends
+    assert core.policy_changed(high_b) == [SetEnginePriority(b, 0, H)]
+    assert core.slots[0].priorities[b] == H
+    assert core.release_slot(a) == [Grant(b, 0, H)]
+    core.check_invariants()
+
+
+def test_orchestration_moves_an_urgent_waiter_off_the_hot_engine():
+    c = coordinator(groups=2, group_size=2)
+    ids = started(c)
+    core = RolloutCore(c, engines=2, slots_per_engine=1)
+    core.declared_priority = lambda t, policy=None: H  # type: ignore[method-assign]
+    for t in ids:
+        core.place(t, engine=0 if t != ids[3] else 1)
+    core.request_slot(ids[3])  # engine 1 busy: nothing steals
+    core.request_slot(ids[0])
+    assert core.request_slot(ids[1]) == []
+    moves = core.orchestrate({0: 1.0, 1: 0.1}, {0: 1000, 1: 1000}, lambda t: 100, threshold=0.9)
+    assert moves == [Move(ids[1], 0, 1)] and core.engine_of[ids[1]] == 1
+    core.check_invariants()
+
+
+events = st.lists(st.tuples(
+    st.sampled_from(["request", "release", "finish", "policy", "demoted", "orchestrate", "arrive"]),
+    st.integers(0, 11), st.integers(0, 3), st.frozensets(st.integers(0, 11), max_size=4),
+), max_size=120)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 3), st.sampled_from(["priority", "action_level", "trajectory_level"]),
+       st.booleans(), events)
+def test_invariants_hold_under_any_event_sequence(engines, slots, mode, program_aware, steps):
+    c = coordinator(groups=6, group_size=2)
+    ids = started(c)
+    core = RolloutCore(c, engines, slots, mode, program_aware=program_aware)
+    driver = Driver(core)
+    for t in ids:
+        core.place(t)
+    ended: set[int] = set()
+    for kind, index, engine, chosen in steps:
+        t = ids[index]
+        engine %= engines
+        if kind == "request" and t not in ended and t not in core.moving and t not in driver.generating:
+            asked = core.wants_demoted(t)
+            if asked is not None:
+                core.demoted(asked, {str(i) for i in chosen})
+            actions = core.request_slot(t)
+            driver.apply(actions)
+            if mode == "priority" and core.slot_priority(t) < L and t in core.slots[core.engine_of[t]].waiting:
+                slots_t = core.slots[core.engine_of[t]]
+                assert all(slots_t.priorities.get(h) != L for h in slots_t.holders), "a HIGH turn waits behind a LOW"
+        elif kind == "release" and t in driver.generating:
+            driver.generating.discard(t)
+            driver.apply(core.release_slot(t))
+        elif kind == "finish" and t not in ended:
+            driver.generating.discard(t)
+            ended.add(t)
+            driver.apply(core.finish(t))
+        elif kind == "policy":
+            groups = frozenset(c.trajectory(ids[i]).group_id for i in chosen)
+            policy = PriorityPolicy(c.policy.version + 1, groups, frozenset(ids[i] for i in chosen if i % 3 == 0))
+            c._policy = policy  # published by the coordinator
+            driver.apply(core.policy_changed(policy))
+        elif kind == "demoted":
+            core.demoted(engine, {str(i) for i in chosen})
+        elif kind == "orchestrate":
+            pressure = {e: (1.0 if e == engine else 0.1) for e in range(engines)}
+            driver.apply(core.orchestrate(pressure, dict.fromkeys(range(engines), 1000), lambda _: 50, 0.9))
+        elif kind == "arrive" and t in core.moving:
+            assert core.arrived(t)
+        core.check_invariants()
+        held = {h for s in core.slots for h in s.holders}
+        assert driver.generating <= held, "a trajectory generates without a slot"
+
+
+def test_the_core_is_pure():
+    """No torch, no asyncio behind the decisions (DESIGN.md §3): importing the core pulls in
+    neither."""
+    import subprocess
+    import sys
+
+    code = "import sys, venusrl.rollout.core; print(sorted({'torch', 'asyncio'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
