@@ -90,11 +90,9 @@ def test_template_files_land_in_the_working_dir(image_cluster):
         sandbox.kill()
 
 
-def test_unknown_image_and_unsupported_fields_are_clear_errors(image_cluster):
+def test_unknown_image_and_failing_setup_are_clear_errors(image_cluster):
     with pytest.raises(InvalidRequest, match="no image 'missing'"):
         image_cluster.controller.create(_template("missing"))
-    with pytest.raises(ValueError, match="python_modules.*do not apply to image templates"):
-        _template("app:latest", python_modules=("json",))
     with pytest.raises(TemplateError, match="setup command 'false' exited 1"):
         image_cluster.controller.create(_template("app:latest", setup_commands=("false",)))
 

@@ -17,17 +17,15 @@ from __future__ import annotations
 import base64
 import errno
 import os
-import random
 import resource
 import signal
 import socket
 import stat
-import sys
 import traceback
 from pathlib import Path
 from typing import Any
 
-from venusrl.sandbox import idmap, linux, protocol, seccomp
+from venusrl.sandbox import forkserver, idmap, linux, protocol, seccomp
 from venusrl.sandbox.image import rootfs
 from venusrl.sandbox.session import ShellSession
 from venusrl.sandbox.spec import SANDBOX_UID, SandboxSpec
@@ -47,7 +45,7 @@ def become_sandbox(spec: SandboxSpec, channel: socket.socket, template: Template
         linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
         for procs in spec.cgroup_procs:
             Path(procs).write_text(str(os.getpid()))
-        linux.unshare(NAMESPACES)
+        _enter_namespaces(spec)
         keeper = os.getpid()
         lent_r, lent_w = os.pipe()
         pid = os.fork()
@@ -69,6 +67,55 @@ def become_sandbox(spec: SandboxSpec, channel: socket.socket, template: Template
         _report_failure(channel)
     finally:
         os._exit(code if code >= 0 else 1)
+
+
+def _enter_namespaces(spec: SandboxSpec) -> None:
+    """Give the keeper's children (the init first) fresh mount, network, IPC, UTS and PID
+    namespaces. For a template whose Python lives in an image zygote, all but the PID
+    namespace are made by a helper inside the zygote's user namespace, so that a fork of
+    the zygote, which holds no host privilege, may join them (forkserver.join_sandbox);
+    the keeper and the init stay host root, so the image's layers still mount with the
+    kernel's trusted overlay attributes, and the sandbox's own processes get a user
+    namespace below the zygote's that owns none of these. (A PID namespace cannot be
+    joined before its first process exists, and that must be this init: the warm Python
+    stays in the zygote's PID namespace.)"""
+    if spec.zygote_pid is not None:
+        made_r, made_w = os.pipe()
+        done_r, done_w = os.pipe()
+        helper = os.fork()
+        if helper == 0:
+            code = 1
+            try:
+                os.close(made_r)
+                os.close(done_w)
+                _join(f"/proc/{spec.zygote_pid}/ns/user", linux.CLONE_NEWUSER)
+                linux.unshare(NAMESPACES & ~linux.CLONE_NEWPID)
+                os.write(made_w, b"1")
+                os.read(done_r, 1)  # hold the namespaces until the keeper is in them
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(made_w)
+        os.close(done_r)
+        try:
+            if os.read(made_r, 1) != b"1":
+                raise OSError(f"could not make namespaces in image zygote {spec.zygote_pid}'s user namespace")
+            for name, kind in (("mnt", linux.CLONE_NEWNS), ("net", linux.CLONE_NEWNET), ("ipc", linux.CLONE_NEWIPC),
+                               ("uts", linux.CLONE_NEWUTS)):
+                _join(f"/proc/{helper}/ns/{name}", kind)
+        finally:
+            os.close(made_r)
+            os.close(done_w)
+            os.waitpid(helper, 0)
+    linux.unshare(NAMESPACES if spec.zygote_pid is None else linux.CLONE_NEWPID)
+
+
+def _join(path: str, kind: int) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        linux.setns(fd, kind)
+    finally:
+        os.close(fd)
 
 
 def _report_failure(channel: socket.socket) -> None:
@@ -100,12 +147,12 @@ def _run_init(spec: SandboxSpec, channel: socket.socket, template: Template, nam
         else:
             _build_root(spec, keeper)
         _restrict(spec)
-        _reseed()
+        forkserver.reseed()
         session = ShellSession(spec.session_cwd, spec.session_env or _base_env(), SESSION_STATE_DIR)
-        if spec.run_setup:
-            run_python_setup(template, namespace)
-        if template.python_start:
-            exec(compile(template.python_start, f"<template {template.name} start>", "exec"), namespace)
+        if template.image is None:  # an image template's Python state lives in its warm Python (forkserver.py)
+            if spec.run_setup:
+                run_python_setup(template, namespace)
+            forkserver.run_python_start(template.name, template.python_start, namespace)
     except BaseException:
         _report_failure(channel)
         os._exit(1)
@@ -228,14 +275,6 @@ def _restrict(spec: SandboxSpec) -> None:
     linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
     seccomp.install()
     os.chdir(cwd)
-
-
-def _reseed() -> None:
-    """A fork copies the zygote's PRNG states; every sandbox must draw its own numbers."""
-    random.seed(os.urandom(32))
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        numpy.random.seed(int.from_bytes(os.urandom(4), "little"))
 
 
 def _base_env() -> dict[str, str]:

@@ -24,6 +24,7 @@ from venusrl.sandbox import linux
 from venusrl.sandbox.image.layers import UID_BASE, UID_COUNT
 
 CLONE_NEWUSER = 0x10000000
+PR_SET_DUMPABLE = 4
 MAX_OPTIONS = 4095  # mount(2) data is one page
 
 
@@ -52,6 +53,10 @@ def build_root(spec: Any, build_dev: Callable[[str], None],
     a template's setup, whose upper becomes the template's layer), the session's state
     directory (`mount_state(root, host uid, host gid)`); then pivot into it."""
     image = ImageRoot.from_json(spec.image)
+    zygote = getattr(spec, "zygote_pid", None)
+    # Opened while the host's /proc is still here: the image zygote's user namespace, the
+    # parent of this sandbox's (sandbox_init.py says why).
+    parent = os.open(f"/proc/{zygote}/ns/user", os.O_RDONLY | os.O_CLOEXEC) if zygote else None
     linux.mount("none", "/", None, linux.MS_REC | linux.MS_PRIVATE)
     # The merged root takes its owner from the upper directory: the image's root owns it.
     os.chown(spec.upper, UID_BASE, UID_BASE)
@@ -80,12 +85,30 @@ def build_root(spec: Any, build_dev: Callable[[str], None],
     if not os.path.isdir(image.workdir):  # as `docker run` does, owned by the image's User
         os.makedirs(image.workdir)
         os.chown(image.workdir, UID_BASE + image.uid, UID_BASE + image.gid)
-    _enter_user_namespace()
+    _enter_user_namespace(parent)
 
 
-def _enter_user_namespace() -> None:
-    """Unshare a user namespace and have a helper still in the host's namespace (only it
-    may map more than one id) write the maps; returns once they are in place."""
+def _enter_user_namespace(parent: int | None) -> None:
+    """Unshare a user namespace and have a helper still in its parent namespace (only it
+    may map more than one id) write the maps; returns once they are in place. The parent
+    is the host's, or (`parent`, an fd) the image zygote's, which already maps image ids
+    0.. to the host's UID_BASE..: there the map is the identity."""
+    first = UID_BASE
+    if parent is not None:
+        try:
+            linux.setns(parent, CLONE_NEWUSER)
+        finally:
+            os.close(parent)
+        # A user namespace's creator must be mapped in its parent: become the zygote
+        # namespace's root (the host's UID_BASE), keeping the capabilities held there.
+        os.setgroups([])
+        os.setresgid(0, 0, 0)
+        os.setresuid(0, 0, 0)
+        # That uid change made the init undumpable, which leaves its /proc files (uid_map
+        # among them) to the host's root: the helper below must be able to write them. The
+        # drop to the image's User resets it.
+        linux.prctl(PR_SET_DUMPABLE, 1)
+        first = 0
     go_read, go_write = os.pipe()
     helper = os.fork()
     if helper == 0:
@@ -95,7 +118,7 @@ def _enter_user_namespace() -> None:
             if os.read(go_read, 1) == b"1":  # the init has unshared
                 for name in ("uid_map", "gid_map"):
                     with open(f"/proc/{os.getppid()}/{name}", "w") as f:
-                        f.write(f"0 {UID_BASE} {UID_COUNT}\n")
+                        f.write(f"0 {first} {UID_COUNT}\n")
                 code = 0
         finally:
             os._exit(code)

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -146,6 +147,59 @@ class ImageStore:
                 return target.read_text(errors="replace")
             if target.exists() or target.is_symlink():
                 return None  # a whiteout (character device) or something else hides it
+            if any(_opaque(layer.joinpath(*parts[:i])) for i in range(1, len(parts))):
+                return None
+        return None
+
+    def realpath(self, record: ImageRecord, path: str) -> str | None:
+        """`path` in the merged image with every symlink followed as a process in the
+        image would follow it; None when it does not exist."""
+        pending = [p for p in path.split("/") if p]
+        resolved: list[str] = []
+        hops = 40  # the kernel's limit on symlinks in one lookup
+        while pending:
+            name = pending.pop(0)
+            if name in (".", ".."):
+                resolved[len(resolved) - (name == ".."):] = []
+                continue
+            entry = self._entry(record, "/".join([*resolved, name]))
+            if entry is None:
+                return None
+            if entry.is_symlink():
+                hops -= 1
+                if hops < 0:
+                    return None
+                target = os.readlink(entry)
+                if target.startswith("/"):
+                    resolved = []
+                pending[:0] = [p for p in target.split("/") if p]
+                continue
+            resolved.append(name)
+        return "/" + "/".join(resolved)
+
+    def resolve(self, record: ImageRecord, path: str) -> Path | None:
+        """Where on the host the merged image keeps `path` (its topmost layer's entry)."""
+        real = self.realpath(record, path)
+        if real is None:
+            return None
+        return self._entry(record, real.lstrip("/")) if real != "/" else self.layer_path(record.layers[-1])
+
+    def list_dir(self, record: ImageRecord, path: str) -> list[str]:
+        """Names in the merged directory `path` (no symlinks in it), whiteouts honoured."""
+        return sorted(n for n in {c.name for d in reversed(record.layers)
+                                  if (self.layer_path(d) / path.strip("/")).is_dir()
+                                  for c in (self.layer_path(d) / path.strip("/")).iterdir()}
+                      if self._entry(record, f"{path.strip('/')}/{n}") is not None)
+
+    def _entry(self, record: ImageRecord, rel: str) -> Path | None:
+        """The topmost layer's entry for `rel` (whose parents are directories), or None when
+        no layer has it or a whiteout or opaque directory hides it."""
+        parts = rel.split("/")
+        for diff_id in reversed(record.layers):
+            layer = self.layer_path(diff_id)
+            target = layer / rel
+            if os.path.realpath(target.parent) == str(layer.joinpath(*parts[:-1])) and os.path.lexists(target):
+                return None if stat.S_ISCHR(os.lstat(target).st_mode) else target  # a character device: whiteout
             if any(_opaque(layer.joinpath(*parts[:i])) for i in range(1, len(parts))):
                 return None
         return None

@@ -22,6 +22,7 @@ from typing import Any
 from venusrl.sandbox.errors import TemplateError
 from venusrl.sandbox.image.config import session_environment
 from venusrl.sandbox.image.layers import UID_BASE
+from venusrl.sandbox.image.python import find_python, image_path
 from venusrl.sandbox.image.rootfs import ImageRoot
 from venusrl.sandbox.image.setup import run_setup
 from venusrl.sandbox.image.store import ImageStore
@@ -36,6 +37,7 @@ class PreparedImage:
     root: ImageRoot
     session: dict[str, Any]  # where and with what environment commands start
     command: tuple[str, ...]  # Entrypoint + Cmd
+    python: str | None  # the image's interpreter, when the template has python_* fields
 
 
 def image_template(image: str) -> Template:
@@ -76,6 +78,15 @@ class ImageTemplates:
             os.lchown(layer / parent, UID_BASE, UID_BASE)
         os.lchown(target, UID_BASE + user.uid, UID_BASE + user.gid)
         environment = session_environment(record, user)
+        python = None
+        if template.python_modules or template.python_setup or template.python_start:
+            python = find_python(self.store, record)
+            if python is None:
+                fields = [f for f in ("python_modules", "python_setup", "python_start") if getattr(template, f)]
+                raise TemplateError(
+                    f"template {template.name}: {'/'.join(fields)} need a Python interpreter in image "
+                    f"{template.image}, and it has none (looked in its PATH {':'.join(image_path(record))} "
+                    f"and for /usr/local/bin/python3.*, /usr/bin/python3.*)")
         if template.setup_commands:
             image_only = ImageRoot(record.name, str(self.store.layers_dir), self.store.lower_dirs(record),
                                    0, 0, record.working_dir)
@@ -85,7 +96,7 @@ class ImageTemplates:
                          user.uid, user.gid, record.working_dir)
         with self._lock:
             self._prepared[template.name] = PreparedImage(root, {"cwd": record.working_dir, "env": environment},
-                                                          record.command)
+                                                          record.command, python)
 
     def root(self, template: Template) -> dict[str, Any] | None:
         """The SandboxSpec's `image` field: None for a template without an image."""
@@ -93,6 +104,22 @@ class ImageTemplates:
             return None
         with self._lock:
             return self._prepared[template.name].root.to_json()
+
+    def image_zygote(self, template: Template, scratch: Path) -> dict[str, Any] | None:
+        """The image zygote's job (image/zygote.py), when the template's Python runs in the
+        image: its root is the template's, over a private upper under `scratch`."""
+        if template.image is None:
+            return None
+        with self._lock:
+            prepared = self._prepared[template.name]
+        if prepared.python is None:
+            return None
+        shutil.rmtree(scratch, ignore_errors=True)
+        for name in ("root", "upper", "work", "tmp"):
+            (scratch / name).mkdir(parents=True)
+        os.chmod(scratch / "tmp", 0o1777)
+        return {"image": prepared.root.to_json(), "python": prepared.python, "env": prepared.session["env"],
+                **{name: str(scratch / name) for name in ("root", "upper", "work", "tmp")}}
 
     def session_defaults(self, template: Template) -> dict[str, Any]:
         if template.image is None:
