@@ -3,10 +3,12 @@ the image zygote, and each sandbox's warm Python forked from it into the sandbox
 
 from __future__ import annotations
 
+import inspect
 import uuid
 
 import pytest
 from tests.sandbox.cluster_helpers import MiB, make_cluster
+from tests.sandbox.test_image_sandbox import PROBES, _ImageSandboxes
 
 from venusrl.sandbox.api import Sandbox
 from venusrl.sandbox.errors import TemplateError
@@ -28,6 +30,7 @@ START = ("import sys\nMODULES = sorted(m for m in ('json', 'decimal') if m in sy
 def python_cluster(test_images, tmp_path_factory):
     store = tmp_path_factory.mktemp("image-store")
     ImageStore(store).import_image(test_images.oci_app)
+    ImageStore(store).import_image(test_images.oci_other)  # User unset: root
     no_python = tmp_path_factory.mktemp("no-python")
     (no_python / "bin").mkdir()
     (no_python / "bin" / "true").write_text("")
@@ -42,11 +45,24 @@ def _template(image: str = "app:latest", **fields) -> Template:
     return Template(name=f"py-{uuid.uuid4().hex[:8]}", image=image, **fields)
 
 
-def test_the_images_python_is_found_in_its_files(python_cluster):
+def test_the_images_python_is_found_in_its_files(python_cluster, tmp_path):
     store = ImageStore(python_cluster.config.image_store)
-    assert find_python(store, store.get("app:latest")) == "/usr/local/bin/python3" or \
-        find_python(store, store.get("app:latest")).endswith("python3")
+    assert find_python(store, store.get("app:latest")) == "/usr/bin/python3"  # its PATH, through /bin -> usr/bin
     assert find_python(store, store.get("bare:latest")) is None
+    versioned = tmp_path / "versioned"
+    (versioned / "usr" / "bin").mkdir(parents=True)
+    (versioned / "usr" / "bin" / "python3.9").write_text("#!/bin/sh\n")
+    (versioned / "usr" / "bin" / "python3.9").chmod(0o755)
+    (versioned / "usr" / "bin" / "python3.12").symlink_to("python3.9")
+    base = LayerTar.from_dir(versioned)
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    for name, layers in (("versioned", [base]),
+                         ("hidden", [base, LayerTar.from_dir(hidden, extra={"usr/bin/.wh.python3.9": b""})])):
+        store.import_image(write_oci(ImageSpec(layers, env=["PATH=/opt/none"]), tmp_path / f"{name}-oci"),
+                           name=name)
+    assert find_python(store, store.get("versioned")) == "/usr/bin/python3.12"  # newest first, symlink followed
+    assert find_python(store, store.get("hidden")) is None  # the whiteout removed it (and the link dangles)
 
 
 def test_sandboxes_start_with_the_imports_and_setup_of_one_zygote(python_cluster):
@@ -62,6 +78,68 @@ def test_sandboxes_start_with_the_imports_and_setup_of_one_zygote(python_cluster
             s.kill()
 
 
+def test_without_page_sharing_each_sandbox_runs_the_setup_itself(test_images, tmp_path):
+    """The control of the test above: with share_pages off the image zygote forks before
+    any setup, so every sandbox's warm Python runs it, and the stamps differ."""
+    ImageStore(tmp_path / "store").import_image(test_images.oci_app)
+    cluster = make_cluster([512 * MiB], image_store=str(tmp_path / "store"), share_pages=False)
+    try:
+        template = _template(python_modules=("json", "decimal"), python_setup=SETUP, python_start=START)
+        sandboxes = [Sandbox.create(cluster.controller, template, group_id="cold") for _ in range(2)]
+        reports = [s.run("cat /tmp/warm").stdout.split() for s in sandboxes]
+        assert all(r[:2] == ["decimal", "json"] for r in reports), reports
+        assert len({r[2] for r in reports}) == 2
+    finally:
+        cluster.close()
+
+
+def test_the_zygotes_pages_are_shared_by_its_sandboxes(python_cluster):
+    """32 MiB made in the image zygote's setup: mapped in every sandbox's warm Python,
+    charged once, to the template's pool, not to each sandbox."""
+    template = _template(python_setup="DATA = b'x' * (32 << 20)")
+    sandboxes = [Sandbox.create(python_cluster.controller, template, group_id="pages") for _ in range(2)]
+    try:
+        for sandbox in sandboxes:
+            m = sandbox.metrics()
+            assert m["rss_bytes"] > 32 * MiB  # the warm Python maps the zygote's pages...
+            assert m["uss_bytes"] < 16 * MiB  # ...of which it owns few: they are shared
+            assert m["cgroup_bytes"] < 24 * MiB  # ...and charged to the pool
+    finally:
+        for sandbox in sandboxes:
+            sandbox.kill()
+
+
 def test_an_image_without_python_names_the_field(python_cluster):
     with pytest.raises(TemplateError, match="python_modules need a Python interpreter in image bare:latest"):
         python_cluster.controller.create(_template("bare:latest", python_modules=("json",)))
+
+
+def test_the_images_root_holds_nothing_over_the_namespaces_its_python_could_join(python_cluster):
+    """The sandbox's namespaces belong to the image zygote's user namespace; the sandbox's
+    own root (image User unset) is root of a namespace below it, owning none of them."""
+    sandbox = Sandbox.create(python_cluster.controller, _template("other:latest", python_modules=("json",)))
+    try:
+        result = sandbox.run("id -u; mount -t tmpfs none /mnt 2>/dev/null && echo MOUNTED; "
+                             "unshare -U true 2>/dev/null && echo UNSHARED; hostname x 2>/dev/null && echo RENAMED; "
+                             "ps -eo args | grep -c '^/usr/bin/python3 -I'")
+        assert result.stdout.split() == ["0", "0"]  # root, and not one of those, and no zygote in sight
+    finally:
+        sandbox.kill()
+
+
+def test_random_state_is_reseeded_in_each_warm_python(python_cluster):
+    template = _template(python_modules=("random",), python_setup="random.seed(0)",
+                         python_start="open('/tmp/draw', 'w').write(repr(random.random()))")
+    a, b = (Sandbox.create(python_cluster.controller, template) for _ in range(2))
+    try:
+        assert a.files.read("/tmp/draw") != b.files.read("/tmp/draw")
+    finally:
+        a.kill()
+        b.kill()
+
+
+@pytest.mark.parametrize("probe", PROBES, ids=lambda probe: probe.__name__.removeprefix("test_"))
+def test_isolation_probe_is_contained_in_a_sandbox_with_a_warm_python(python_cluster, probe, tmp_path):
+    template = _template(python_modules=("json", "decimal"), python_setup=SETUP, python_start=START)
+    given = {"cluster": _ImageSandboxes(python_cluster, template), "tmp_path": tmp_path}
+    probe(**{name: given[name] for name in inspect.signature(probe).parameters})
