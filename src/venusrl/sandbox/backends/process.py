@@ -241,15 +241,16 @@ class ProcessBackend:
         the template's imports and setup done, joins the init's namespaces and cgroups."""
         init = Path(f"/proc/{keeper}/task/{keeper}/children").read_text().split()[0]
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        fds = [theirs.fileno()]
+        fds: list[int] = []
         try:
             fds += [os.open(f"/proc/{init}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC) for name, _ in forkserver.JOIN_ORDER]
             fds += [os.open(procs, os.O_WRONLY | os.O_CLOEXEC) for procs in spec.cgroup_procs]
             root = ImageRoot.from_json(spec.image or {})
             warm.fork({"uid": root.uid, "gid": root.gid, "cwd": root.workdir, "env": spec.session_env,
                        "open_files": spec.open_files, "run_setup": not warm.share_pages,
-                       "seccomp": seccomp.packed().hex()}, fds)
+                       "seccomp": seccomp.packed().hex()}, [theirs.fileno(), *fds])
         finally:
+            theirs.close()
             for fd in fds:
                 os.close(fd)
         ours.settimeout(READY_TIMEOUT_S)
