@@ -119,7 +119,7 @@ class ProcessBackend:
     """All sandboxes of one node. Thread-safe: the node agent serves many connections."""
 
     def __init__(self, node_cgroup: Cgroup, workdir: Path, share_pages: bool, pids_limit: int,
-                 image_store: str | Path) -> None:
+                 image_store: str | Path, node_id: str = "") -> None:
         self.node_cgroup = node_cgroup
         self.workdir = workdir
         self.share_pages = share_pages
@@ -136,7 +136,7 @@ class ProcessBackend:
         # One background thread makes quota filesystems ahead and tears down destroyed ones.
         self._storage_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-storage")
         self._spares = SpareQuotaDirs(workdir / "spare", workdir / "blank-images", self._storage_worker.submit)
-        self.images = ImageTemplates(image_store)
+        self.images = ImageTemplates(image_store, f"node {node_id or workdir.name} (workdir {workdir})")
 
     def pool(self, template: Template) -> TemplatePool:
         with self._pool_lock:
@@ -144,19 +144,30 @@ class ProcessBackend:
             if pool is not None and pool.template != template:
                 raise InvalidRequest(f"template: {template.name!r} is already defined differently on this node")
             if pool is None or not pool.alive():
-                self.images.materialize(template, self.workdir / "templates" / template.name)
-                pool = TemplatePool(template, self.node_cgroup.child(f"pool-{template.name}"), self.share_pages)
-                job = self.images.image_zygote(template, self.workdir / "templates" / f".{template.name}-zygote")
-                if job is not None:
-                    try:
-                        pool.warm = TemplatePool(template, self.node_cgroup.child(f"pool-{template.name}-python"),
-                                                 self.share_pages, module=IMAGE_ZYGOTE,
-                                                 extra={"image_zygote": job, "cgroups": len(self._cgroup_dirs())})
-                    except BaseException:
-                        pool.close()
-                        raise
+                if pool is not None:  # one of its zygotes died: the other goes too (and its cgroup)
+                    pool.close()
+                    del self._pools[template.name]
+                try:
+                    pool = self._start_pool(template)
+                except BaseException:
+                    self.images.release(template)  # the image's hold is the pool's
+                    raise
                 self._pools[template.name] = pool
             return pool
+
+    def _start_pool(self, template: Template) -> TemplatePool:
+        self.images.materialize(template, self.workdir / "templates" / template.name)
+        pool = TemplatePool(template, self.node_cgroup.child(f"pool-{template.name}"), self.share_pages)
+        job = self.images.image_zygote(template, self.workdir / "templates" / f".{template.name}-zygote")
+        if job is not None:
+            try:
+                pool.warm = TemplatePool(template, self.node_cgroup.child(f"pool-{template.name}-python"),
+                                         self.share_pages, module=IMAGE_ZYGOTE,
+                                         extra={"image_zygote": job, "cgroups": len(self._cgroup_dirs())})
+            except BaseException:
+                pool.close()
+                raise
+        return pool
 
     def create(self, sandbox_id: str, template: Template, group_id: str | None, memory_limit: int,
                session: dict[str, Any] | None = None, layer_archive: bytes | None = None) -> SandboxProcess:
@@ -337,6 +348,7 @@ class ProcessBackend:
         with self._pool_lock:
             for pool in self._pools.values():
                 pool.close()
+                self.images.release(pool.template)
             self._pools.clear()
         self._storage_worker.shutdown(wait=True)
         self._spares.close()

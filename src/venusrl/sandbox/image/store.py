@@ -4,6 +4,8 @@ Layout under the store's root:
   layers/sha256/HEX/        one unpacked layer (an overlayfs lower directory), by diff_id
   layers/sha256/HEX.json    written last: the layer is complete (size, file counts)
   images/NAME.json          an image: its config's parts and its layers, bottom first
+  uses/NAME/USER-PID-ID     one per template pool using the image, flock'ed (shared) by its
+                            node agent while it lives: `remove` refuses while any is held
   tmp/                      layers being unpacked (renamed into place when verified)
 
 A layer is keyed by the digest of its uncompressed tar (diff_id), so one layer is stored
@@ -14,6 +16,7 @@ none (records and layers appear by rename, complete).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -204,12 +207,48 @@ class ImageStore:
                 return None
         return None
 
+    def use(self, name: str, holder: str) -> ImageUse:
+        """Record that `holder` (a template pool of a node) uses image `name` (`NAME@ID` pins
+        count as NAME) until the use is released or the holder's process ends."""
+        name = name.partition("@")[0]
+        with self._locked():
+            self.get(name)
+            folder = self._uses_dir(name)
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"{quote(holder, safe='')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            os.write(fd, json.dumps({"holder": holder, "pid": os.getpid()}).encode())
+        return ImageUse(path, fd)
+
+    def users(self, name: str) -> list[str]:
+        """Who holds image `name` now (dropping the records of holders that died)."""
+        folder = self._uses_dir(name)
+        holders = []
+        for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+            with open(path, "rb") as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    entry = json.loads(f.read() or b"{}")
+                    holders.append(f"{entry.get('holder', path.name)} (pid {entry.get('pid', '?')})")
+                    continue
+            path.unlink()  # its holder is gone
+        return holders
+
+    def _uses_dir(self, name: str) -> Path:
+        return self.root / "uses" / quote(name, safe="")
+
     def remove(self, name: str) -> int:
         """Forget image `name` and delete the layers no other image uses; returns how many
-        layers went. Only for images no running sandbox uses: overlayfs does not expect the
-        layers under a mounted root to change."""
+        layers went. Refused while a template pool uses it: overlayfs does not expect the
+        layers under a mounted root (a sandbox's, an image zygote's) to change."""
         with self._locked():
             record = self.get(name)
+            holders = self.users(name)
+            if holders:
+                raise ImageError(f"image {name}: in use by {', '.join(holders)}; stop those node agents "
+                                 "(`venusrl sandbox serve`; their template pools hold it) before removing it")
             self._record_path(name).unlink()
             still_used = {d for other in self.images() for d in other.layers}
             gone = [d for d in dict.fromkeys(record.layers) if d not in still_used]
@@ -222,6 +261,20 @@ class ImageStore:
     def resolve_user(self, record: ImageRecord) -> ImageUser:
         return resolve_user(record.user, self.read_file(record, "/etc/passwd") or "",
                             self.read_file(record, "/etc/group") or "", record.name)
+
+
+@dataclass
+class ImageUse:
+    """One holder's use of an image: its record file, flock'ed for as long as it is open
+    (the kernel drops the lock when the holder dies, so a crashed node leaves no use)."""
+
+    path: Path
+    fd: int
+
+    def release(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        os.close(self.fd)
 
 
 def _opaque(directory: Path) -> bool:

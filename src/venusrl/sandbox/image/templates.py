@@ -25,7 +25,7 @@ from venusrl.sandbox.image.layers import UID_BASE
 from venusrl.sandbox.image.python import find_python, image_path
 from venusrl.sandbox.image.rootfs import ImageRoot
 from venusrl.sandbox.image.setup import run_setup
-from venusrl.sandbox.image.store import ImageStore
+from venusrl.sandbox.image.store import ImageStore, ImageUse
 from venusrl.sandbox.template import Template
 
 WORKSPACE_DEFAULTS: dict[str, Any] = {"cwd": "/workspace", "env": {}}
@@ -47,9 +47,12 @@ def image_template(image: str) -> Template:
 
 
 class ImageTemplates:
-    def __init__(self, store: str | Path) -> None:
+    def __init__(self, store: str | Path, holder: str = "a node") -> None:
+        """`holder` names this node in the store's record of who uses an image."""
         self.store = ImageStore(store)
+        self.holder = holder
         self._prepared: dict[str, PreparedImage] = {}
+        self._uses: dict[str, ImageUse] = {}  # template -> its hold on its image, while its pool lives
         self._lock = threading.Lock()
 
     def materialize(self, template: Template, layer: Path) -> None:
@@ -57,6 +60,10 @@ class ImageTemplates:
         if template.image is None:
             template.materialize(layer)
             return
+        self.release(template)
+        use = self.store.use(template.image, f"template {template.name} on {self.holder}")
+        with self._lock:
+            self._uses[template.name] = use
         record = self.store.get(template.image)
         user = self.store.resolve_user(record)
         if layer.exists():
@@ -97,6 +104,13 @@ class ImageTemplates:
         with self._lock:
             self._prepared[template.name] = PreparedImage(root, {"cwd": record.working_dir, "env": environment},
                                                           record.command, python)
+
+    def release(self, template: Template) -> None:
+        """Let go of the template's image (its pool is gone)."""
+        with self._lock:
+            use = self._uses.pop(template.name, None)
+        if use is not None:
+            use.release()
 
     def root(self, template: Template) -> dict[str, Any] | None:
         """The SandboxSpec's `image` field: None for a template without an image."""
