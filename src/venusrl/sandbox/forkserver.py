@@ -14,13 +14,11 @@ Image zygote: the image's Python as root of the template's user namespace (image
 0..65535 = the host's UID_BASE..), in its own PID, mount, network, IPC and UTS namespaces,
 its root the image's. A sandbox's namespaces belong to that user namespace (sandbox_init.py
 makes them so), which lets a fork of the zygote join them with no host privilege:
-`join_sandbox` enters the sandbox's mount, network, IPC and UTS namespaces, its cgroups
-and then its own user namespace (where it holds nothing the sandbox does not), and there,
-as the sandbox's warm Python, drops to the image's User, installs the sandbox's seccomp
-filter, runs the template's python_start and lives until the node agent lets go of it.
-It stays in the zygote's PID namespace (sandbox_init._enter_namespaces says why): the
-sandbox's processes cannot see or signal it, and its /proc/self is not in the sandbox's
-/proc.
+`join_sandbox` enters the sandbox's mount, network, IPC, UTS and PID namespaces, its
+cgroups and then its own user namespace (where it holds nothing the sandbox does not),
+and forks the sandbox's warm Python, a process of the sandbox like any other: it drops to
+the image's User, installs the sandbox's seccomp filter, runs the template's python_start
+and lives until the sandbox ends or the node agent lets go of it.
 """
 
 import contextlib
@@ -41,6 +39,7 @@ CLONE_NEWNS = 0x00020000
 CLONE_NEWUTS = 0x04000000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 PR_SET_PDEATHSIG = 1
 PR_SET_SECCOMP = 22
@@ -49,7 +48,7 @@ SECCOMP_MODE_FILTER = 2
 # The order a fork joins a sandbox's namespaces in: the user namespace last, as after it
 # the fork holds capabilities only there (sandbox_init.py sends the fds in this order).
 JOIN_ORDER = (("mnt", CLONE_NEWNS), ("net", CLONE_NEWNET), ("ipc", CLONE_NEWIPC), ("uts", CLONE_NEWUTS),
-              ("user", CLONE_NEWUSER))
+              ("pid", CLONE_NEWPID), ("user", CLONE_NEWUSER))
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -162,6 +161,8 @@ def join_sandbox(request, fds, template, namespace):
         setns(namespaces[-1], CLONE_NEWUSER)
         for fd in fds[1:]:
             os.close(fd)
+        if os.fork() != 0:  # the sandbox's PID namespace holds the fork's children, not the fork
+            os._exit(0)
         _warm_python(request, channel, template, namespace)
     except BaseException:
         _send(channel, {"ready": False, "error": traceback.format_exc(limit=3)})

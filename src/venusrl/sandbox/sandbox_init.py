@@ -22,6 +22,7 @@ import signal
 import socket
 import stat
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -45,13 +46,20 @@ def become_sandbox(spec: SandboxSpec, channel: socket.socket, template: Template
         linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
         for procs in spec.cgroup_procs:
             Path(procs).write_text(str(os.getpid()))
-        _enter_namespaces(spec)
         keeper = os.getpid()
         lent_r, lent_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
+
+        def run_init() -> None:
             os.close(lent_w)
             _run_init(spec, channel, template, namespace, (keeper, lent_r))
+
+        if spec.zygote_pid is None:
+            linux.unshare(NAMESPACES)
+            pid = os.fork()
+            if pid == 0:
+                run_init()
+        else:
+            pid = _fork_in_zygote_namespaces(spec, run_init)
         os.close(lent_r)
         channel.close()
         # From here on the keeper only waits, so it needs no privilege: it enters a fresh
@@ -69,45 +77,53 @@ def become_sandbox(spec: SandboxSpec, channel: socket.socket, template: Template
         os._exit(code if code >= 0 else 1)
 
 
-def _enter_namespaces(spec: SandboxSpec) -> None:
-    """Give the keeper's children (the init first) fresh mount, network, IPC, UTS and PID
-    namespaces. For a template whose Python lives in an image zygote, all but the PID
-    namespace are made by a helper inside the zygote's user namespace, so that a fork of
-    the zygote, which holds no host privilege, may join them (forkserver.join_sandbox);
-    the keeper and the init stay host root, so the image's layers still mount with the
-    kernel's trusted overlay attributes, and the sandbox's own processes get a user
-    namespace below the zygote's that owns none of these. (A PID namespace cannot be
-    joined before its first process exists, and that must be this init: the warm Python
-    stays in the zygote's PID namespace.)"""
-    if spec.zygote_pid is not None:
-        made_r, made_w = os.pipe()
-        done_r, done_w = os.pipe()
-        helper = os.fork()
-        if helper == 0:
-            code = 1
-            try:
-                os.close(made_r)
-                os.close(done_w)
-                _join(f"/proc/{spec.zygote_pid}/ns/user", linux.CLONE_NEWUSER)
-                linux.unshare(NAMESPACES & ~linux.CLONE_NEWPID)
-                os.write(made_w, b"1")
-                os.read(done_r, 1)  # hold the namespaces until the keeper is in them
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(made_w)
-        os.close(done_r)
+def _fork_in_zygote_namespaces(spec: SandboxSpec, run_init: Callable[[], None]) -> int:
+    """For a template whose Python lives in an image zygote: a helper enters the zygote's
+    user and PID namespaces, makes the sandbox's mount, network, IPC, UTS and PID
+    namespaces there, and forks the init into them; returns the helper's pid (it exits
+    with the init). So a fork of the zygote, which holds no host privilege, may join the
+    sandbox (forkserver.join_sandbox); the sandbox's own processes get a user namespace
+    below the zygote's that owns none of these. The keeper, still host root, mounts the
+    sandbox's overlay root in the new mount namespace first (rootfs.mount_root says why),
+    and furnishes it (files it makes there must have owners the host knows)."""
+    _join(f"/proc/{spec.zygote_pid}/ns/pid", linux.CLONE_NEWPID)  # so the sandbox's lies below the zygote's
+    made_r, made_w = os.pipe()
+    go_r, go_w = os.pipe()
+    helper = os.fork()
+    if helper == 0:
+        code = 1
         try:
-            if os.read(made_r, 1) != b"1":
-                raise OSError(f"could not make namespaces in image zygote {spec.zygote_pid}'s user namespace")
-            for name, kind in (("mnt", linux.CLONE_NEWNS), ("net", linux.CLONE_NEWNET), ("ipc", linux.CLONE_NEWIPC),
-                               ("uts", linux.CLONE_NEWUTS)):
-                _join(f"/proc/{helper}/ns/{name}", kind)
-        finally:
             os.close(made_r)
-            os.close(done_w)
-            os.waitpid(helper, 0)
-    linux.unshare(NAMESPACES if spec.zygote_pid is None else linux.CLONE_NEWPID)
+            os.close(go_w)
+            linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+            # Still the host's uid 0, unmapped there but owner of the node's directories (the
+            # init reaches the sandbox's root through them), with capabilities in it alone.
+            _join(f"/proc/{spec.zygote_pid}/ns/user", linux.CLONE_NEWUSER)
+            linux.unshare(NAMESPACES)
+            os.write(made_w, b"1")
+            if os.read(go_r, 1) == b"1":
+                init = os.fork()
+                if init == 0:
+                    os.close(made_w)
+                    os.close(go_r)
+                    run_init()
+                os.closerange(3, 65536)  # the channel above all: the init's exit must close it
+                code = os.waitstatus_to_exitcode(os.waitpid(init, 0)[1])
+        finally:
+            os._exit(code if code >= 0 else 1)
+    os.close(made_w)
+    os.close(go_r)
+    try:
+        if os.read(made_r, 1) != b"1":
+            raise OSError(f"could not make namespaces in image zygote {spec.zygote_pid}'s user namespace")
+        _join(f"/proc/{helper}/ns/mnt", linux.CLONE_NEWNS)
+        rootfs.mount_root(spec)
+        rootfs.furnish_root(spec, _build_dev, _mount_session_state)
+        os.write(go_w, b"1")
+    finally:
+        os.close(made_r)
+        os.close(go_w)
+    return helper
 
 
 def _join(path: str, kind: int) -> None:
@@ -142,7 +158,9 @@ def _run_init(spec: SandboxSpec, channel: socket.socket, template: Template, nam
             os.dup2(devnull, fd)  # the zygote's stdio is the node agent's log
         os.close(devnull)
         linux.sethostname(spec.sandbox_id[:63])
-        if spec.image is not None:
+        if spec.zygote_pid is not None:
+            rootfs.enter_root(spec, in_zygote_namespace=True)
+        elif spec.image is not None:
             rootfs.build_root(spec, _build_dev, _mount_session_state)  # unshares its user namespace before the filter denies it
         else:
             _build_root(spec, keeper)

@@ -250,7 +250,8 @@ class ProcessBackend:
     def _start_warm_python(self, sandbox: SandboxProcess, warm: TemplatePool, keeper: int, spec: SandboxSpec) -> None:
         """Fork the image zygote into the sandbox (forkserver.join_sandbox): its Python, with
         the template's imports and setup done, joins the init's namespaces and cgroups."""
-        init = Path(f"/proc/{keeper}/task/{keeper}/children").read_text().split()[0]
+        helper = _first_child(keeper)  # sandbox_init._fork_in_zygote_namespaces: keeper -> helper -> init
+        init = _first_child(helper)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         fds: list[int] = []
         try:
@@ -352,6 +353,10 @@ class ProcessBackend:
             self._pools.clear()
         self._storage_worker.shutdown(wait=True)
         self._spares.close()
+
+
+def _first_child(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
 
 
 def _remove_storage(sandbox_id: str, quota: QuotaDir, trash: Path) -> None:

@@ -5,7 +5,7 @@ JSON on stdin, SOCK_SEQPACKET control socket), this launcher unshares mount, PID
 network, IPC and UTS namespaces and forks the zygote, which builds its root from the
 template's layers exactly as a sandbox does (rootfs.build_root, over a private upper of
 its own), enters the image's user namespace as the image's root, and execs the image's
-interpreter on forkserver.py. Nothing of venusrl runs after that exec: the image's Python
+interpreter on forkserver.py (fed on its stdin). Nothing of venusrl runs after that exec: the image's Python
 imports the template's modules, runs its setup and serves forks (forkserver.main). The
 launcher stays as its parent so the node agent sees the zygote live and exit.
 """
@@ -59,7 +59,14 @@ def _become_zygote(config: dict, host_pid: int) -> None:
         os.chdir(job["image"]["workdir"])
         forkserver_config = {"template": config["template"], "share_pages": config["share_pages"],
                              "control_fd": config["control_fd"], "pid": host_pid, "cgroups": config["cgroups"]}
-        os.execve(job["python"], [job["python"], "-I", "-c", source, json.dumps(forkserver_config)], job["env"])
+        # The source on stdin (Python reads all of it before running it), so the sandboxes'
+        # `ps` shows a short command line for their warm Python.
+        source_r, source_w = os.pipe()
+        os.write(source_w, source.encode())  # well under a pipe's buffer
+        os.close(source_w)
+        os.dup2(source_r, 0)
+        os.close(source_r)
+        os.execve(job["python"], [job["python"], "-I", "-", json.dumps(forkserver_config)], job["env"])
     except BaseException:
         import socket
 
