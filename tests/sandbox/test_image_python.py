@@ -4,14 +4,17 @@ the image zygote, and each sandbox's warm Python forked from it into the sandbox
 from __future__ import annotations
 
 import inspect
+import os
+import signal
 import uuid
+from pathlib import Path
 
 import pytest
 from tests.sandbox.cluster_helpers import MiB, make_cluster
 from tests.sandbox.test_image_sandbox import PROBES, _ImageSandboxes
 
 from venusrl.sandbox.api import Sandbox
-from venusrl.sandbox.errors import TemplateError
+from venusrl.sandbox.errors import SandboxError, TemplateError
 from venusrl.sandbox.image.build import ImageSpec, LayerTar, write_oci
 from venusrl.sandbox.image.python import find_python
 from venusrl.sandbox.image.store import ImageStore
@@ -146,3 +149,38 @@ def test_isolation_probe_is_contained_in_a_sandbox_with_a_warm_python(python_clu
     template = _template(python_modules=("json", "decimal"), python_setup=SETUP, python_start=START)
     given = {"cluster": _ImageSandboxes(python_cluster, template), "tmp_path": tmp_path}
     probe(**{name: given[name] for name in inspect.signature(probe).parameters})
+
+
+def _image_zygotes(template: Template) -> list[int]:
+    """Host pids of the template's image zygotes (the image's Python on forkserver.py)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+            cgroups = (entry / "cgroup").read_text()
+        except OSError:
+            continue
+        if args[1:3] == [b"-I", b"-"] and f"/pool-{template.name}-python\n" in cgroups:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_dead_image_zygote_takes_its_sandboxes_down_and_they_restart_from_a_new_one(python_cluster):
+    template = _template(python_modules=("json", "decimal"), python_setup=SETUP, python_start=START)
+    first = Sandbox.create(python_cluster.controller, template, group_id="dies")
+    second = None
+    try:
+        stamp = first.run("cat /tmp/warm").stdout.split()[2]
+        (zygote,) = _image_zygotes(template)
+        os.kill(zygote, signal.SIGKILL)  # PID 1 of the zygote's namespace: every sandbox's lies below it
+        with pytest.raises(SandboxError, match="init unreachable|init exited"):
+            first.run("true")  # its init died with the zygote; the node agent restarts it (callers retry)
+        restarted = first.run("cat /tmp/warm").stdout.split()
+        assert restarted[:2] == ["decimal", "json"] and restarted[2] != stamp  # a new zygote, set up anew
+        second = Sandbox.create(python_cluster.controller, template, group_id="dies")
+        assert second.run("cat /tmp/warm").stdout.split()[2] == restarted[2]  # ...and only once
+        assert len(_image_zygotes(template)) == 1  # the dead one's pool was closed, not leaked
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()

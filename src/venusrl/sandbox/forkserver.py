@@ -98,7 +98,9 @@ def run_python_setup(name, modules, setup, namespace):
 
     for module in modules:
         try:
-            namespace[module.split(".")[0]] = importlib.import_module(module)
+            importlib.import_module(module)
+            top = module.split(".")[0]
+            namespace[top] = sys.modules[top]  # as `import a.b` binds `a`
         except ImportError as err:
             raise SetupError(f"template {name}: cannot import {module}: {err}") from None
     if setup:

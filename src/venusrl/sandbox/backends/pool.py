@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 from venusrl.sandbox.cgroups import Cgroup
 from venusrl.sandbox.errors import TemplateError
@@ -77,7 +78,9 @@ class TemplatePool:
         return int(message["pid"])
 
     def alive(self) -> bool:
-        return self.process.poll() is None and (self.warm is None or self.warm.alive())
+        """Both zygotes run (not merely their launchers: an image zygote's launcher exits
+        only once it has reaped the zygote)."""
+        return self.process.poll() is None and _running(self.pid) and (self.warm is None or self.warm.alive())
 
     def close(self) -> None:
         """Closing the control socket makes the zygote exit; its sandboxes die with it."""
@@ -91,3 +94,15 @@ class TemplatePool:
             self.process.wait()
         self.cgroup.remove()
 
+
+
+PF_EXITING = 0x4
+
+
+def _running(pid: int) -> bool:
+    """Not exiting: a dying zygote loses its namespaces long before it is a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return False
+    return fields[0] not in ("Z", "X") and not int(fields[6]) & PF_EXITING
