@@ -115,9 +115,20 @@ def test_the_zygotes_pages_are_shared_by_its_sandboxes(python_cluster):
             sandbox.kill()
 
 
-def test_an_image_without_python_names_the_field(python_cluster):
-    with pytest.raises(TemplateError, match="python_modules need a Python interpreter in image bare:latest"):
-        python_cluster.controller.create(_template("bare:latest", python_modules=("json",)))
+def test_bad_python_fields_are_clear_errors(python_cluster):
+    bad = {"python_modules need a Python interpreter in image bare:latest":
+           _template("bare:latest", python_modules=("json",)),
+           "python_setup/python_start need a Python interpreter":
+           _template("bare:latest", python_setup="x = 1", python_start="y = 2"),
+           "zygote setup failed: template py-[0-9a-f]+: cannot import no_such_module: No module named":
+           _template(python_modules=("no_such_module",)),
+           "(?s)its Python did not start: .*<template py-[0-9a-f]+ start>.*ZeroDivisionError":
+           _template(python_start="1 / 0")}
+    for message, template in bad.items():
+        with pytest.raises(TemplateError, match=message):
+            python_cluster.controller.create(template)
+    left = {route.template.name for route in python_cluster.controller.routes.values()}
+    assert not left & {template.name for template in bad.values()}  # nothing half-made stays
 
 
 def test_the_images_root_holds_nothing_over_the_namespaces_its_python_could_join(python_cluster):

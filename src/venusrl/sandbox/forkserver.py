@@ -167,7 +167,7 @@ def join_sandbox(request, fds, template, namespace):
             os._exit(0)
         _warm_python(request, channel, template, namespace)
     except BaseException:
-        _send(channel, {"ready": False, "error": traceback.format_exc(limit=3)})
+        _send(channel, {"ready": False, "error": traceback.format_exc(limit=-3)})
     os._exit(1)
 
 
@@ -216,8 +216,9 @@ def main():
                 template["name"], sys.version_info[0], sys.version_info[1], *MIN_PYTHON))
         if config["share_pages"]:
             run_python_setup(template["name"], template["python_modules"], template["python_setup"], namespace)
-    except BaseException:
-        control.send(json.dumps({"ready": False, "error": traceback.format_exc(limit=3)}).encode())
+    except BaseException as err:
+        error = str(err) if isinstance(err, SetupError) else traceback.format_exc(limit=-3)
+        control.send(json.dumps({"ready": False, "error": error}).encode())
         sys.exit(1)
     ready = {"ready": True, "pid": config["pid"], "python": sys.version.split()[0]}
     serve(control, ready, lambda request, fds: join_sandbox(request, fds, template, namespace),

@@ -9,7 +9,10 @@ unprivileged uid with no capabilities and a fresh session keyring, installs the 
 filter (seccomp.py), reseeds random state, and serves requests on its channel.
 Both set PDEATHSIG, so a zygote's death takes its sandboxes with it. A sandbox of an image
 template gets the image's root instead, in a user namespace (image/rootfs.py), and then the
-same keyring and seccomp filter.
+same keyring and seccomp filter. When the template's Python runs in the image (python_*
+fields), its namespaces are made inside the image zygote's user and PID namespaces
+(`_fork_in_zygote_namespaces`), and the node agent then forks the zygote into the sandbox
+as its warm Python (forkserver.join_sandbox); the init itself runs no template Python.
 """
 
 from __future__ import annotations

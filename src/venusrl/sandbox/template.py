@@ -2,7 +2,9 @@
 
 The setup runs once per node in the template's zygote when page sharing is on, and in
 every sandbox after it forks when it is off; either way each sandbox starts from the same
-state. Templates are trusted configuration: `setup_commands` run as root on the node.
+state. Templates are trusted configuration: `setup_commands` run as root on the node
+(for an image template: as the image's root, in a throwaway sandbox). An image template's
+python_* fields run in the image's own interpreter, in its image zygote (image/zygote.py).
 """
 
 from __future__ import annotations
