@@ -5,9 +5,10 @@ JSON on stdin, SOCK_SEQPACKET control socket), this launcher unshares mount, PID
 network, IPC and UTS namespaces and forks the zygote, which builds its root from the
 template's layers exactly as a sandbox does (rootfs.build_root, over a private upper of
 its own), enters the image's user namespace as the image's root, and execs the image's
-interpreter on forkserver.py (fed on its stdin). Nothing of venusrl runs after that exec: the image's Python
-imports the template's modules, runs its setup and serves forks (forkserver.main). The
-launcher stays as its parent so the node agent sees the zygote live and exit.
+interpreter on forkserver.py (fed on its stdin). Nothing of venusrl runs after that exec:
+the image's Python imports the template's modules, runs its setup and serves forks
+(forkserver.main). The launcher stays as its parent so the node agent sees the zygote
+live and exit.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sys
 import traceback
 from pathlib import Path
@@ -68,10 +70,8 @@ def _become_zygote(config: dict, host_pid: int) -> None:
         os.close(source_r)
         os.execve(job["python"], [job["python"], "-I", "-", json.dumps(forkserver_config)], job["env"])
     except BaseException:
-        import socket
-
         control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=config["control_fd"])
-        control.send(json.dumps({"ready": False, "error": traceback.format_exc(limit=3)}).encode())
+        control.send(json.dumps({"ready": False, "error": traceback.format_exc(limit=-3)}).encode())
     os._exit(1)
 
 
