@@ -15,6 +15,7 @@ from tests.sandbox.cluster_helpers import MiB, make_cluster
 from venusrl.sandbox.api import Sandbox
 from venusrl.sandbox.errors import InvalidRequest, TemplateError
 from venusrl.sandbox.image.build import ImageSpec, write_docker_archive
+from venusrl.sandbox.image.formats import ImageError
 from venusrl.sandbox.image.layers import UID_BASE
 from venusrl.sandbox.image.store import ImageStore
 from venusrl.sandbox.template import Template
@@ -90,11 +91,9 @@ def test_template_files_land_in_the_working_dir(image_cluster):
         sandbox.kill()
 
 
-def test_unknown_image_and_unsupported_fields_are_clear_errors(image_cluster):
+def test_unknown_image_and_failing_setup_are_clear_errors(image_cluster):
     with pytest.raises(InvalidRequest, match="no image 'missing'"):
         image_cluster.controller.create(_template("missing"))
-    with pytest.raises(ValueError, match="python_modules.*do not apply to image templates"):
-        _template("app:latest", python_modules=("json",))
     with pytest.raises(TemplateError, match="setup command 'false' exited 1"):
         image_cluster.controller.create(_template("app:latest", setup_commands=("false",)))
 
@@ -223,3 +222,39 @@ def test_image_sandbox_writes_stop_at_its_disk_quota(image_cluster):
         assert sandbox.run("rm -f big /tmp/big && cat notes.txt").stdout == "image file\n"
     finally:
         sandbox.kill()
+
+
+def test_image_rm_is_refused_while_a_template_pool_uses_it(test_images, tmp_path):
+    from typer.testing import CliRunner
+
+    from venusrl.cli import app
+
+    store = ImageStore(tmp_path / "store")
+    store.import_image(test_images.oci_other)
+    cluster = make_cluster([512 * MiB], image_store=str(store.root))
+    try:
+        template = _template("other:latest")
+        sandbox = Sandbox.create(cluster.controller, template)
+        in_use = rf"image other:latest: in use by template {template.name} on node node-0 \(workdir .*\) \(pid \d+\)"
+        with pytest.raises(ImageError, match=in_use):
+            store.remove("other:latest")
+        sandbox.kill()
+        done = CliRunner().invoke(app, ["sandbox", "image", "rm", "--store", str(store.root), "other:latest"])
+        assert done.exit_code == 2 and "in use by template" in done.output  # its pool still holds it
+        assert store.get("other:latest").layers  # nothing was deleted
+    finally:
+        cluster.close()
+    assert store.users("other:latest") == []
+    assert store.remove("other:latest") == 2  # once the node is gone, the image and both its layers go
+
+
+def test_a_holder_that_died_leaves_no_use_behind(test_images, tmp_path):
+    from tests.sandbox.forked import in_child
+
+    store = ImageStore(tmp_path / "store")
+    store.import_image(test_images.oci_other)
+    in_child(lambda: {"path": str(store.use("other:latest", "a node that crashes").path)})  # never released
+    assert len(list((store.root / "uses").rglob("*-*"))) == 1
+    assert store.users("other:latest") == []  # its lock went with it, and the record with that
+    assert not list((store.root / "uses").rglob("*-*"))
+    assert store.remove("other:latest") == 2

@@ -15,7 +15,12 @@ Every figure comes from real sandboxes on real node agents of this machine:
 - density_image.*:  the three density runs for an image template (an image built here from
                     this host's files and imported into a fresh store), each sandbox running
                     the image's Python: their roots share the image's read-only layers,
-                    stored and paged in once.
+                    stored and paged in once;
+- warm_python:      an image template whose Python state lives in the image zygote
+                    (python_modules json, decimal): sandbox create with its warm Python
+                    ready, against creating a plain image sandbox and running a cold
+                    `python3 -c 'import json, decimal; ...'` in it, in interleaved pairs
+                    (`--only warm_python` runs this case alone).
 A density run fills the node until it refuses for `settle_s` in a row (memory is stable).
 """
 
@@ -61,6 +66,11 @@ IMAGE_TEMPLATE = Template(name="bench-image", image=IMAGE_NAME)
 # (file pages of the shared layers, one page cache for all) and private state of its own.
 IMAGE_START = ("python3 -c 'import json, decimal, email.parser, http.client, time; "
                f"state = bytearray({PRIVATE_STATE_MIB} << 20); time.sleep(86400)' >/dev/null 2>&1 &")
+WARM_MODULES = ("json", "decimal")
+WARM_WORK = "json.dumps(str(decimal.Decimal(1) / 7))"  # what a sandbox's Python does once it has the imports
+WARM_TEMPLATE = Template(name="bench-image-python", image=IMAGE_NAME, python_modules=WARM_MODULES,
+                         python_start=WARM_WORK)
+COLD_PYTHON = f"python3 -c 'import {', '.join(WARM_MODULES)}; {WARM_WORK}'"
 # Increments a counter, then needs 250 MiB on a 200 MiB node: OOM interception migrates it.
 COUNT_THEN_GROW = ("n=$(cat counter); echo $((n + 1)) > counter; "
                    "python3 -c 'b = bytearray(250 << 20)' && echo grown; cat counter")
@@ -244,6 +254,49 @@ def snapshot_cost(store: str, repeats: int) -> dict[str, Any]:
             cluster.close()
 
 
+def warm_python(store: str, repeats: int) -> dict[str, Any]:
+    """Create-to-ready of a sandbox whose Python is forked from the warmed image zygote,
+    against a plain image sandbox plus a cold interpreter doing the same imports and work,
+    in interleaved pairs on one node; both templates' zygotes start before the timing."""
+    # Admission by declared size: two 128 MiB sandboxes at a time always fit, so no
+    # growth estimate refuses or delays one side of a pair.
+    config = SandboxConfig(image_store=store, admission="declared", memory_limit=128 * MiB)
+    cluster = LocalCluster(config, budgets=[1024 * MiB])
+    try:
+        c = cluster.controller
+        for template in (WARM_TEMPLATE, IMAGE_TEMPLATE):
+            c.kill(c.create(template))
+        timings: dict[str, list[float]] = {"warm_create": [], "plain_create": [], "cold_python": [], "cold_total": [],
+                                        "command_true": []}
+        for index in range(repeats):
+            started = time.perf_counter()
+            warm = c.create(WARM_TEMPLATE)
+            timings["warm_create"].append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            plain = c.create(IMAGE_TEMPLATE)
+            created = time.perf_counter()
+            ran = c.run(plain, COLD_PYTHON, timeout=60)
+            done = time.perf_counter()
+            if ran["exit_code"] != 0:
+                raise RuntimeError(f"cold python failed: {ran['stderr'][-300:]}")
+            before_true = time.perf_counter()
+            c.run(plain, "true", timeout=60)  # what any command costs: the session's bash round trip
+            timings["command_true"].append((time.perf_counter() - before_true) * 1000)
+            timings["plain_create"].append((created - started) * 1000)
+            timings["cold_python"].append((done - created) * 1000)
+            timings["cold_total"].append((done - started) * 1000)
+            c.kill(warm)
+            c.kill(plain)
+            log.info("warm python pair %d/%d: warm %.0f ms, plain + cold %.0f ms", index + 1, repeats,
+                     timings["warm_create"][-1], timings["cold_total"][-1])
+        saved = [cold - warm for warm, cold in zip(timings["warm_create"], timings["cold_total"], strict=True)]
+        return {**{name: _spread(values) for name, values in timings.items()}, "cold_minus_warm": _spread(saved),
+                "warm_faster_pairs": sum(s > 0 for s in saved), "repeats": repeats, "pairs": "interleaved",
+                "modules": list(WARM_MODULES), "work": WARM_WORK, "cold_command": COLD_PYTHON}
+    finally:
+        cluster.close()
+
+
 def _spread(values: list[float]) -> dict[str, float]:
     q = statistics.quantiles(values, n=4)
     return {"p50_ms": round(statistics.median(values), 2), "p25_ms": round(q[0], 2), "p75_ms": round(q[2], 2)}
@@ -295,7 +348,23 @@ def density(runs: dict[str, SandboxConfig], node_memory: int, settle_s: float, l
             "meets_target": ratio >= 9.0}
 
 
-def run_bench(quick: bool, node_memory: int, declared: int, out: Path | None) -> dict[str, Any]:
+ALONE = ("warm_python",)  # the cases `--only` runs by themselves
+
+
+def run_bench(quick: bool, node_memory: int, declared: int, out: Path | None,
+              only: str | None = None) -> dict[str, Any]:
+    if only == "warm_python":
+        work = Path(tempfile.mkdtemp(prefix="vrl-bench-image-"))
+        try:
+            results = {"config": {"quick": quick, "only": only},
+                       "warm_python": warm_python(build_bench_image(work), repeats=10 if quick else 30)}
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        if out is not None:
+            out.write_text(json.dumps(results, indent=2))
+        return results
+    if only is not None:
+        raise ValueError(f"--only: {only!r} is not a case this bench runs alone ({', '.join(ALONE)})")
     settle_s = 2.0 if quick else 5.0
     limit = 600
     base = dict(memory_limit=declared, node_memory=node_memory)
@@ -326,6 +395,8 @@ def run_bench(quick: bool, node_memory: int, declared: int, out: Path | None) ->
                                           image_store=store, **base), IMAGE_TEMPLATE)
         log.info("exactly-once snapshot cost")
         once["snapshot_cost"] = snapshot_cost(store, repeats=10 if quick else 30)
+        log.info("warm python from the image zygote")
+        results["warm_python"] = warm_python(store, repeats=10 if quick else 30)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     lifecycle_config = SandboxConfig(admission="dynamic", share_pages=True, **base)

@@ -130,6 +130,7 @@ def bench(
     quick: Annotated[bool, typer.Option(help="shorter settle times and a smaller burst node")] = False,
     node_memory: Annotated[str, typer.Option(help="node budget of the density runs")] = "2GiB",
     declared: Annotated[str, typer.Option(help="declared size of a sandbox")] = "512MiB",
+    only: Annotated[str | None, typer.Option(help="run one case alone: warm_python")] = None,
 ) -> None:
     """Density (declared / actual / shared), lifecycle latency and OOM migration figures."""
     from pydantic import ByteSize, TypeAdapter, ValidationError
@@ -144,7 +145,11 @@ def bench(
         raise typer.Exit(2) from None
     setup_logging("INFO")
     os.environ.setdefault("VENUSRL_LOG_LEVEL", "WARNING")
-    results = run_bench(quick, budget, size, json_out)
+    try:
+        results = run_bench(quick, budget, size, json_out, only)
+    except ValueError as err:  # --only names no case (checked before anything runs)
+        typer.echo(str(err), err=True)
+        raise typer.Exit(2) from None
     typer.echo(json.dumps({k: v for k, v in results.items() if k != "config"}, indent=2))
 
 

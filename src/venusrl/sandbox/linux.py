@@ -9,6 +9,8 @@ from __future__ import annotations
 import ctypes
 import os
 
+from venusrl.sandbox import forkserver
+
 _libc = ctypes.CDLL(None, use_errno=True)
 
 CLONE_NEWTIME = 0x00000080
@@ -32,6 +34,7 @@ MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
 PR_SET_NO_NEW_PRIVS = 38
 SECCOMP_MODE_FILTER = 2
@@ -56,6 +59,9 @@ def _check(result: int, what: str) -> None:
     if result != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+setns = forkserver.setns  # one wrapper: the image zygote runs forkserver.py without venusrl
 
 
 def unshare(flags: int) -> None:

@@ -84,7 +84,7 @@ class NodeAgent:
         self.cgroup = Cgroup(layout, settings.cgroup).create()
         self.cgroup.hold_oom(settings.budget)
         self.backend = ProcessBackend(self.cgroup, self.workdir, settings.sandbox.share_pages, settings.sandbox.pids_limit,
-                                      settings.sandbox.image_store)
+                                      settings.sandbox.image_store, settings.node_id)
         self.profiles_path = self.workdir / "profiles.json"
         self.profiles = ColdStartProfiles.load(self.profiles_path)
         self._tracked: dict[str, _Tracked] = {}

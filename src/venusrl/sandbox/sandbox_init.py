@@ -9,7 +9,10 @@ unprivileged uid with no capabilities and a fresh session keyring, installs the 
 filter (seccomp.py), reseeds random state, and serves requests on its channel.
 Both set PDEATHSIG, so a zygote's death takes its sandboxes with it. A sandbox of an image
 template gets the image's root instead, in a user namespace (image/rootfs.py), and then the
-same keyring and seccomp filter.
+same keyring and seccomp filter. When the template's Python runs in the image (python_*
+fields), its namespaces are made inside the image zygote's user and PID namespaces
+(`_fork_in_zygote_namespaces`), and the node agent then forks the zygote into the sandbox
+as its warm Python (forkserver.join_sandbox); the init itself runs no template Python.
 """
 
 from __future__ import annotations
@@ -17,17 +20,16 @@ from __future__ import annotations
 import base64
 import errno
 import os
-import random
 import resource
 import signal
 import socket
 import stat
-import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from venusrl.sandbox import idmap, linux, protocol, seccomp
+from venusrl.sandbox import forkserver, idmap, linux, protocol, seccomp
 from venusrl.sandbox.image import rootfs
 from venusrl.sandbox.session import ShellSession
 from venusrl.sandbox.spec import SANDBOX_UID, SandboxSpec
@@ -47,13 +49,20 @@ def become_sandbox(spec: SandboxSpec, channel: socket.socket, template: Template
         linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
         for procs in spec.cgroup_procs:
             Path(procs).write_text(str(os.getpid()))
-        linux.unshare(NAMESPACES)
         keeper = os.getpid()
         lent_r, lent_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
+
+        def run_init() -> None:
             os.close(lent_w)
             _run_init(spec, channel, template, namespace, (keeper, lent_r))
+
+        if spec.zygote_pid is None:
+            linux.unshare(NAMESPACES)
+            pid = os.fork()
+            if pid == 0:
+                run_init()
+        else:
+            pid = _fork_in_zygote_namespaces(spec, run_init)
         os.close(lent_r)
         channel.close()
         # From here on the keeper only waits, so it needs no privilege: it enters a fresh
@@ -69,6 +78,63 @@ def become_sandbox(spec: SandboxSpec, channel: socket.socket, template: Template
         _report_failure(channel)
     finally:
         os._exit(code if code >= 0 else 1)
+
+
+def _fork_in_zygote_namespaces(spec: SandboxSpec, run_init: Callable[[], None]) -> int:
+    """For a template whose Python lives in an image zygote: a helper enters the zygote's
+    user and PID namespaces, makes the sandbox's mount, network, IPC, UTS and PID
+    namespaces there, and forks the init into them; returns the helper's pid (it exits
+    with the init). So a fork of the zygote, which holds no host privilege, may join the
+    sandbox (forkserver.join_sandbox); the sandbox's own processes get a user namespace
+    below the zygote's that owns none of these. The keeper, still host root, mounts the
+    sandbox's overlay root in the new mount namespace first (rootfs.mount_root says why),
+    and furnishes it (files it makes there must have owners the host knows)."""
+    _join(f"/proc/{spec.zygote_pid}/ns/pid", linux.CLONE_NEWPID)  # so the sandbox's lies below the zygote's
+    made_r, made_w = os.pipe()
+    go_r, go_w = os.pipe()
+    helper = os.fork()
+    if helper == 0:
+        code = 1
+        try:
+            os.close(made_r)
+            os.close(go_w)
+            linux.prctl(linux.PR_SET_PDEATHSIG, signal.SIGKILL)
+            # Still the host's uid 0, unmapped there but owner of the node's directories (the
+            # init reaches the sandbox's root through them), with capabilities in it alone.
+            _join(f"/proc/{spec.zygote_pid}/ns/user", linux.CLONE_NEWUSER)
+            linux.unshare(NAMESPACES)
+            os.write(made_w, b"1")
+            if os.read(go_r, 1) == b"1":
+                init = os.fork()
+                if init == 0:
+                    os.close(made_w)
+                    os.close(go_r)
+                    run_init()
+                os.closerange(3, 65536)  # the channel above all: the init's exit must close it
+                code = os.waitstatus_to_exitcode(os.waitpid(init, 0)[1])
+        finally:
+            os._exit(code if code >= 0 else 1)
+    os.close(made_w)
+    os.close(go_r)
+    try:
+        if os.read(made_r, 1) != b"1":
+            raise OSError(f"could not make namespaces in image zygote {spec.zygote_pid}'s user namespace")
+        _join(f"/proc/{helper}/ns/mnt", linux.CLONE_NEWNS)
+        rootfs.mount_root(spec)
+        rootfs.furnish_root(spec, _build_dev, _mount_session_state)
+        os.write(go_w, b"1")
+    finally:
+        os.close(made_r)
+        os.close(go_w)
+    return helper
+
+
+def _join(path: str, kind: int) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        linux.setns(fd, kind)
+    finally:
+        os.close(fd)
 
 
 def _report_failure(channel: socket.socket) -> None:
@@ -95,17 +161,19 @@ def _run_init(spec: SandboxSpec, channel: socket.socket, template: Template, nam
             os.dup2(devnull, fd)  # the zygote's stdio is the node agent's log
         os.close(devnull)
         linux.sethostname(spec.sandbox_id[:63])
-        if spec.image is not None:
+        if spec.zygote_pid is not None:
+            rootfs.enter_root(spec, in_zygote_namespace=True)
+        elif spec.image is not None:
             rootfs.build_root(spec, _build_dev, _mount_session_state)  # unshares its user namespace before the filter denies it
         else:
             _build_root(spec, keeper)
         _restrict(spec)
-        _reseed()
+        forkserver.reseed()
         session = ShellSession(spec.session_cwd, spec.session_env or _base_env(), SESSION_STATE_DIR)
-        if spec.run_setup:
-            run_python_setup(template, namespace)
-        if template.python_start:
-            exec(compile(template.python_start, f"<template {template.name} start>", "exec"), namespace)
+        if template.image is None:  # an image template's Python state lives in its warm Python (forkserver.py)
+            if spec.run_setup:
+                run_python_setup(template, namespace)
+            forkserver.run_python_start(template.name, template.python_start, namespace)
     except BaseException:
         _report_failure(channel)
         os._exit(1)
@@ -228,14 +296,6 @@ def _restrict(spec: SandboxSpec) -> None:
     linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
     seccomp.install()
     os.chdir(cwd)
-
-
-def _reseed() -> None:
-    """A fork copies the zygote's PRNG states; every sandbox must draw its own numbers."""
-    random.seed(os.urandom(32))
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        numpy.random.seed(int.from_bytes(os.urandom(4), "little"))
 
 
 def _base_env() -> dict[str, str]:

@@ -18,13 +18,12 @@ Classic BPF jumps are 8-bit forward offsets; `assemble` checks every one fits.
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import struct
 from dataclasses import dataclass
 
-from venusrl.sandbox import linux
+from venusrl.sandbox import forkserver, linux
 
 # struct seccomp_data: int nr; u32 arch; u64 instruction_pointer; u64 args[6]
 OFFSET_NR = 0
@@ -226,14 +225,12 @@ def pack(program: list[Instruction]) -> bytes:
     return b"".join(struct.pack("=HBBI", i.code, i.jt, i.jf, i.k) for i in program)
 
 
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+def packed(machine: str | None = None) -> bytes:
+    """The filter for `machine` (default: this one), as the kernel takes it."""
+    return pack(build(machine or os.uname().machine))
 
 
 def install(machine: str | None = None) -> None:
     """Install the filter on the calling thread; it is inherited by every child and can
     never be removed. The caller must have set no_new_privs (or hold CAP_SYS_ADMIN)."""
-    program = build(machine or os.uname().machine)
-    code = ctypes.create_string_buffer(pack(program))
-    fprog = _SockFprog(len(program), ctypes.addressof(code))
-    linux.prctl(linux.PR_SET_SECCOMP, linux.SECCOMP_MODE_FILTER, ctypes.addressof(fprog))
+    forkserver.install_seccomp(packed(machine))

@@ -29,6 +29,7 @@ class SandboxSpec:
     session_cwd: str = "/workspace"
     session_env: dict[str, str] = field(default_factory=dict)
     image: dict[str, Any] | None = None  # image/rootfs.py ImageRoot: the root is the image's, not the host's
+    zygote_pid: int | None = None  # host pid of the image zygote whose forks join this sandbox (its warm Python)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -2,7 +2,9 @@
 
 The setup runs once per node in the template's zygote when page sharing is on, and in
 every sandbox after it forks when it is off; either way each sandbox starts from the same
-state. Templates are trusted configuration: `setup_commands` run as root on the node.
+state. Templates are trusted configuration: `setup_commands` run as root on the node
+(for an image template: as the image's root, in a throwaway sandbox). An image template's
+python_* fields run in the image's own interpreter, in its image zygote (image/zygote.py).
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import shutil
 import subprocess
 from pathlib import Path, PurePosixPath
 
-from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator
 
+from venusrl.sandbox import forkserver
 from venusrl.sandbox.errors import TemplateError
 from venusrl.sandbox.spec import SANDBOX_UID
 
@@ -25,7 +28,8 @@ class Template(BaseModel):
     image: str | None = Field(None, description="an imported image (`venusrl sandbox image import`): the sandbox's root")
     image_command: bool = Field(False, description="start the image's Entrypoint+Cmd in the background in every "
                                 "sandbox, as `docker run` would (output in /tmp/image-command.log)")
-    python_modules: tuple[str, ...] = Field((), description="imported once by the template")
+    python_modules: tuple[str, ...] = Field((), description="imported once by the template (an image template: "
+                                            "by the image's own Python, which the image must have)")
     files: dict[str, str] = Field(default_factory=dict, description="workspace (image: WorkingDir) path -> text")
     directory: str | None = Field(None, description="host directory copied into the workspace")
     setup_commands: tuple[str, ...] = Field((), description="shell commands run in the workspace")
@@ -34,15 +38,6 @@ class Template(BaseModel):
     disk_quota: ByteSize = Field(ByteSize(1 << 30), ge=4 << 20,
                                  description="bytes each sandbox may write (workspace changes and /tmp), e.g. 2GiB")
     inode_quota: int = Field(65536, ge=64, description="files and directories each sandbox may create")
-
-    @model_validator(mode="after")
-    def _no_host_python_state_on_images(self) -> Template:
-        # That state lives in the host's interpreter, whose files and libraries are not in
-        # an image's root: its lazy imports would fail there.
-        if self.image is not None and (self.python_modules or self.python_setup or self.python_start):
-            raise ValueError("python_modules/python_setup/python_start run on the host's interpreter and do not "
-                             "apply to image templates (image: set)")
-        return self
 
     @field_validator("files")
     @classmethod
@@ -82,15 +77,10 @@ class Template(BaseModel):
 
 def run_python_setup(template: Template, namespace: dict) -> None:
     """Import the template's modules and run its Python setup into `namespace`."""
-    import importlib
-
-    for module in template.python_modules:
-        try:
-            namespace[module.split(".")[0]] = importlib.import_module(module)
-        except ImportError as err:
-            raise TemplateError(f"template {template.name}: cannot import {module}: {err}") from None
-    if template.python_setup:
-        exec(compile(template.python_setup, f"<template {template.name} setup>", "exec"), namespace)
+    try:
+        forkserver.run_python_setup(template.name, template.python_modules, template.python_setup, namespace)
+    except forkserver.SetupError as err:
+        raise TemplateError(str(err)) from None
 
 
 DEFAULT_TEMPLATE = Template(name="base")

@@ -6,21 +6,22 @@ pool. Every sandbox is a fork of it: those pages stay shared until a sandbox wri
 and then the kernel copies that page into the sandbox alone (and charges the sandbox).
 
 Wire: the node agent writes the template JSON (with the number of the inherited control
-socket's fd) on stdin and talks on that SOCK_SEQPACKET socket: each request is a SandboxSpec JSON with the sandbox's channel fd
-attached; each reply is `{"pid": keeper_pid}`. End of that socket means the node agent is
-gone: the zygote exits and PDEATHSIG takes its sandboxes down.
+socket's fd) on stdin; the fork server (forkserver.py) then takes one SandboxSpec JSON per
+request with the sandbox's channel fd attached and answers `{"pid": keeper_pid}`. End of
+that socket means the node agent is gone: the zygote exits and PDEATHSIG takes its
+sandboxes down. An image template's Python state lives in the image zygote instead
+(image/zygote.py): this one only forks the inits of its sandboxes.
 """
 
 from __future__ import annotations
 
-import gc
 import json
 import os
-import signal
 import socket
 import sys
 import traceback
 
+from venusrl.sandbox.forkserver import serve
 from venusrl.sandbox.sandbox_init import become_sandbox
 from venusrl.sandbox.spec import SandboxSpec
 from venusrl.sandbox.template import Template, run_python_setup
@@ -32,33 +33,16 @@ def main() -> None:
     control = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET, fileno=config["control_fd"])
     namespace: dict = {"__name__": f"template_{template.name}"}
     try:
-        if config["share_pages"]:
+        if config["share_pages"] and template.image is None:
             run_python_setup(template, namespace)
     except BaseException:
         control.send(json.dumps({"ready": False, "error": traceback.format_exc(limit=3)}).encode())
         sys.exit(1)
-    # Keepers are reaped automatically; the collector must not dirty every shared object.
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    gc.collect()
-    gc.freeze()
-    control.send(json.dumps({"ready": True, "pid": os.getpid()}).encode())
-    while True:
-        message, fds, _, _ = socket.recv_fds(control, 1 << 20, 1)
-        if not message:
-            return
-        if len(fds) != 1:
-            for fd in fds:
-                os.close(fd)
-            control.send(b"{\"error\": \"expected exactly one channel fd\"}")
-            continue
-        spec = SandboxSpec.from_json(json.loads(message))
-        channel = socket.socket(fileno=fds[0])
-        pid = os.fork()
-        if pid == 0:
-            control.close()
-            become_sandbox(spec, channel, template, namespace)
-        channel.close()
-        control.send(json.dumps({"pid": pid}).encode())
+
+    def become(request: dict, fds: list[int]) -> None:
+        become_sandbox(SandboxSpec.from_json(request), socket.socket(fileno=fds[0]), template, namespace)
+
+    serve(control, {"ready": True, "pid": os.getpid()}, become, fds_expected=1)
 
 
 if __name__ == "__main__":

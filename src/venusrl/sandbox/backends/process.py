@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import json
 import logging
 import os
 import select
@@ -21,10 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from venusrl.sandbox import protocol
-from venusrl.sandbox.backends.pool import TemplatePool
+from venusrl.sandbox import forkserver, protocol, seccomp
+from venusrl.sandbox.backends.pool import IMAGE_ZYGOTE, TemplatePool
 from venusrl.sandbox.cgroups import Cgroup
 from venusrl.sandbox.errors import InvalidRequest, SandboxError, SandboxUnavailable, TemplateError
+from venusrl.sandbox.image.rootfs import ImageRoot
 from venusrl.sandbox.image.templates import ImageTemplates
 from venusrl.sandbox.layer import Layer
 from venusrl.sandbox.memory import process_memory
@@ -62,6 +64,7 @@ class SandboxProcess:
     lock: threading.Lock = field(default_factory=threading.Lock)
     paused: bool = False
     in_flight: dict[str, Any] | None = None  # the run request being served, saved for migration
+    warm: socket.socket | None = None  # an image template's warm Python (forkserver.py), while it runs
 
     def call(self, request: dict[str, Any], timeout: float, frozen: Callable[[SandboxProcess], bool] = lambda s: False) -> Any:
         """One request to the sandbox init. A dead init, or one silent for `timeout` plus
@@ -92,7 +95,9 @@ class SandboxProcess:
     def disconnect(self) -> None:
         if self.channel is not None:
             self.channel.close()
-        self.channel = self.stream = None
+        if self.warm is not None:
+            self.warm.close()
+        self.channel = self.stream = self.warm = None
 
     def metrics(self) -> dict[str, Any]:
         pids = self.cgroup.pids()
@@ -114,7 +119,7 @@ class ProcessBackend:
     """All sandboxes of one node. Thread-safe: the node agent serves many connections."""
 
     def __init__(self, node_cgroup: Cgroup, workdir: Path, share_pages: bool, pids_limit: int,
-                 image_store: str | Path) -> None:
+                 image_store: str | Path, node_id: str = "") -> None:
         self.node_cgroup = node_cgroup
         self.workdir = workdir
         self.share_pages = share_pages
@@ -131,7 +136,7 @@ class ProcessBackend:
         # One background thread makes quota filesystems ahead and tears down destroyed ones.
         self._storage_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-storage")
         self._spares = SpareQuotaDirs(workdir / "spare", workdir / "blank-images", self._storage_worker.submit)
-        self.images = ImageTemplates(image_store)
+        self.images = ImageTemplates(image_store, f"node {node_id or workdir.name} (workdir {workdir})")
 
     def pool(self, template: Template) -> TemplatePool:
         with self._pool_lock:
@@ -139,10 +144,30 @@ class ProcessBackend:
             if pool is not None and pool.template != template:
                 raise InvalidRequest(f"template: {template.name!r} is already defined differently on this node")
             if pool is None or not pool.alive():
-                self.images.materialize(template, self.workdir / "templates" / template.name)
-                pool = TemplatePool(template, self.node_cgroup.child(f"pool-{template.name}"), self.share_pages)
+                if pool is not None:  # one of its zygotes died: the other goes too (and its cgroup)
+                    pool.close()
+                    del self._pools[template.name]
+                try:
+                    pool = self._start_pool(template)
+                except BaseException:
+                    self.images.release(template)  # the image's hold is the pool's
+                    raise
                 self._pools[template.name] = pool
             return pool
+
+    def _start_pool(self, template: Template) -> TemplatePool:
+        self.images.materialize(template, self.workdir / "templates" / template.name)
+        pool = TemplatePool(template, self.node_cgroup.child(f"pool-{template.name}"), self.share_pages)
+        job = self.images.image_zygote(template, self.workdir / "templates" / f".{template.name}-zygote")
+        if job is not None:
+            try:
+                pool.warm = TemplatePool(template, self.node_cgroup.child(f"pool-{template.name}-python"),
+                                         self.share_pages, module=IMAGE_ZYGOTE,
+                                         extra={"image_zygote": job, "cgroups": len(self._cgroup_dirs())})
+            except BaseException:
+                pool.close()
+                raise
+        return pool
 
     def create(self, sandbox_id: str, template: Template, group_id: str | None, memory_limit: int,
                session: dict[str, Any] | None = None, layer_archive: bytes | None = None) -> SandboxProcess:
@@ -200,9 +225,10 @@ class ProcessBackend:
             session_cwd=sandbox.session.get("cwd", defaults["cwd"]),
             session_env=sandbox.session.get("env", defaults["env"]),
             image=self.images.root(sandbox.template),
+            zygote_pid=pool.warm.pid if pool.warm is not None else None,
         )
         try:
-            pool.fork(spec, theirs)
+            keeper = pool.fork(spec.to_json(), [theirs.fileno()])
         finally:
             theirs.close()
         ours.settimeout(READY_TIMEOUT_S)
@@ -218,6 +244,41 @@ class ProcessBackend:
             raise TemplateError(f"sandbox {sandbox.sandbox_id}: init failed: {(ready or {}).get('error', 'exited')}")
         sandbox.channel, sandbox.stream = ours, stream
         sandbox.session = ready["session"]
+        if pool.warm is not None:
+            self._start_warm_python(sandbox, pool.warm, keeper, spec)
+
+    def _start_warm_python(self, sandbox: SandboxProcess, warm: TemplatePool, keeper: int, spec: SandboxSpec) -> None:
+        """Fork the image zygote into the sandbox (forkserver.join_sandbox): its Python, with
+        the template's imports and setup done, joins the init's namespaces and cgroups."""
+        helper = _first_child(keeper)  # sandbox_init._fork_in_zygote_namespaces: keeper -> helper -> init
+        init = _first_child(helper)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        fds: list[int] = []
+        try:
+            fds += [os.open(f"/proc/{init}/ns/{name}", os.O_RDONLY | os.O_CLOEXEC) for name, _ in forkserver.JOIN_ORDER]
+            fds += [os.open(procs, os.O_WRONLY | os.O_CLOEXEC) for procs in spec.cgroup_procs]
+            root = ImageRoot.from_json(spec.image or {})
+            warm.fork({"uid": root.uid, "gid": root.gid, "cwd": root.workdir, "env": spec.session_env,
+                       "open_files": spec.open_files, "run_setup": not warm.share_pages,
+                       "seccomp": seccomp.packed().hex()}, [theirs.fileno(), *fds])
+        finally:
+            theirs.close()
+            for fd in fds:
+                os.close(fd)
+        ours.settimeout(READY_TIMEOUT_S)
+        try:
+            ready = json.loads(ours.makefile("rb").readline() or b"{}")
+        except (OSError, TimeoutError, ValueError) as err:
+            ready = {"error": str(err)}
+        if not ready.get("ready"):
+            ours.close()
+            raise TemplateError(f"sandbox {sandbox.sandbox_id}: its Python did not start: {ready.get('error', 'exited')}")
+        ours.settimeout(None)
+        sandbox.warm = ours  # the warm Python lives while this end is open (and the sandbox runs)
+
+    def _cgroup_dirs(self) -> list[Path]:
+        """One per hierarchy: what a sandbox joins."""
+        return list(self.node_cgroup.layout.dirs(self.node_cgroup.rel))
 
     def run(self, sandbox: SandboxProcess, request: dict[str, Any],
             frozen: Callable[[SandboxProcess], bool] = lambda s: False) -> dict[str, Any]:
@@ -288,9 +349,14 @@ class ProcessBackend:
         with self._pool_lock:
             for pool in self._pools.values():
                 pool.close()
+                self.images.release(pool.template)
             self._pools.clear()
         self._storage_worker.shutdown(wait=True)
         self._spares.close()
+
+
+def _first_child(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
 
 
 def _remove_storage(sandbox_id: str, quota: QuotaDir, trash: Path) -> None:

@@ -46,11 +46,10 @@ class ImageRoot:
         return cls(**{**data, "lowers": tuple(data["lowers"])})
 
 
-def build_root(spec: Any, build_dev: Callable[[str], None],
-               mount_state: Callable[[str, int, int], None] | None = None) -> None:
-    """Mount the overlay root at `spec.root` with /proc, /dev, /tmp and, for a sandbox (not
-    a template's setup, whose upper becomes the template's layer), the session's state
-    directory (`mount_state(root, host uid, host gid)`); then pivot into it."""
+def mount_root(spec: Any) -> None:
+    """The overlay at `spec.root`: the image's layers under the private upper. Needs the
+    host's root (the layers' opaque directories are trusted.* attributes, which overlayfs
+    honours only for a mount made with it)."""
     image = ImageRoot.from_json(spec.image)
     linux.mount("none", "/", None, linux.MS_REC | linux.MS_PRIVATE)
     # The merged root takes its owner from the upper directory: the image's root owns it.
@@ -62,30 +61,67 @@ def build_root(spec: Any, build_dev: Callable[[str], None],
     os.chdir(image.layers_dir)  # relative lower paths keep the options within one page
     linux.mount("overlay", spec.root, "overlay", linux.MS_NOSUID | linux.MS_NODEV, options)
     os.chdir("/")
+
+
+def build_root(spec: Any, build_dev: Callable[[str], None],
+               mount_state: Callable[[str, int, int], None] | None = None) -> None:
+    """Mount the overlay root at `spec.root` with /proc, /dev, /tmp and, for a sandbox (not
+    a template's setup, whose upper becomes the template's layer), the session's state
+    directory (`mount_state(root, host uid, host gid)`); then pivot into it."""
+    mount_root(spec)
+    furnish_root(spec, build_dev, mount_state)
+    enter_root(spec)
+
+
+def furnish_root(spec: Any, build_dev: Callable[[str], None],
+                 mount_state: Callable[[str, int, int], None] | None) -> None:
+    """/dev, the session's state directory and /tmp in the mounted root (as the host's root)."""
+    image = ImageRoot.from_json(spec.image)
     root = spec.root
     for mount_point in ("proc", "dev", "tmp"):
         os.makedirs(f"{root}/{mount_point}", exist_ok=True)
-    linux.mount("proc", f"{root}/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
     build_dev(root)
     if mount_state is not None:
         mount_state(root, UID_BASE + image.uid, UID_BASE + image.gid)
     linux.mount(spec.tmp, f"{root}/tmp", None, linux.MS_BIND)
     linux.mount("none", f"{root}/tmp", None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_NOSUID | linux.MS_NODEV)
+
+
+def enter_root(spec: Any, in_zygote_namespace: bool = False) -> None:
+    """Mount the caller's PID namespace's /proc in the furnished root, pivot into it and
+    enter the sandbox's user namespace. `in_zygote_namespace`: the caller is a sandbox
+    init in the image zygote's user namespace (sandbox_init.py), whose keeper mounted and
+    furnished the root."""
+    image = ImageRoot.from_json(spec.image)
+    root = spec.root
+    linux.mount("proc", f"{root}/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
     os.chdir(root)
     linux.pivot_root(".", ".")  # the old root is stacked under the new one: detach it
     linux.umount(".", linux.MNT_DETACH)
     os.chdir("/")
     if not os.path.exists("/bin/bash"):
         raise OSError(f"image {image.image} has no /bin/bash: sandbox commands run in a bash session")
+    if in_zygote_namespace:
+        # Become the zygote namespace's root (the host's UID_BASE), which owns the image's
+        # ids there: a user namespace's creator must be mapped in its parent, and files it
+        # makes must have an owner the namespace knows. Stay dumpable, or the new
+        # namespace's uid_map would stay the host root's file.
+        os.setgroups([])
+        os.setresgid(0, 0, 0)
+        os.setresuid(0, 0, 0)
+        linux.prctl(linux.PR_SET_DUMPABLE, 1)
     if not os.path.isdir(image.workdir):  # as `docker run` does, owned by the image's User
         os.makedirs(image.workdir)
         os.chown(image.workdir, UID_BASE + image.uid, UID_BASE + image.gid)
-    _enter_user_namespace()
+    # Below the zygote's user namespace, which maps image ids to the host's already, the
+    # sandbox's maps them to themselves.
+    _enter_user_namespace(0 if in_zygote_namespace else UID_BASE)
 
 
-def _enter_user_namespace() -> None:
-    """Unshare a user namespace and have a helper still in the host's namespace (only it
-    may map more than one id) write the maps; returns once they are in place."""
+def _enter_user_namespace(first: int) -> None:
+    """Unshare a user namespace and have a helper still in its parent namespace (only it
+    may map more than one id) write the maps, image ids 0.. to the parent's `first`..;
+    returns once they are in place."""
     go_read, go_write = os.pipe()
     helper = os.fork()
     if helper == 0:
@@ -95,7 +131,7 @@ def _enter_user_namespace() -> None:
             if os.read(go_read, 1) == b"1":  # the init has unshared
                 for name in ("uid_map", "gid_map"):
                     with open(f"/proc/{os.getppid()}/{name}", "w") as f:
-                        f.write(f"0 {UID_BASE} {UID_COUNT}\n")
+                        f.write(f"0 {first} {UID_COUNT}\n")
                 code = 0
         finally:
             os._exit(code)

@@ -4,6 +4,8 @@ Layout under the store's root:
   layers/sha256/HEX/        one unpacked layer (an overlayfs lower directory), by diff_id
   layers/sha256/HEX.json    written last: the layer is complete (size, file counts)
   images/NAME.json          an image: its config's parts and its layers, bottom first
+  uses/NAME/USER-PID-ID     one per template pool using the image, flock'ed (shared) by its
+                            node agent while it lives: `remove` refuses while any is held
   tmp/                      layers being unpacked (renamed into place when verified)
 
 A layer is keyed by the digest of its uncompressed tar (diff_id), so one layer is stored
@@ -14,11 +16,13 @@ none (records and layers appear by rename, complete).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -150,12 +154,101 @@ class ImageStore:
                 return None
         return None
 
+    def realpath(self, record: ImageRecord, path: str) -> str | None:
+        """`path` in the merged image with every symlink followed as a process in the
+        image would follow it; None when it does not exist."""
+        pending = [p for p in path.split("/") if p]
+        resolved: list[str] = []
+        hops = 40  # the kernel's limit on symlinks in one lookup
+        while pending:
+            name = pending.pop(0)
+            if name in (".", ".."):
+                resolved[len(resolved) - (name == ".."):] = []
+                continue
+            entry = self._entry(record, "/".join([*resolved, name]))
+            if entry is None:
+                return None
+            if entry.is_symlink():
+                hops -= 1
+                if hops < 0:
+                    return None
+                target = os.readlink(entry)
+                if target.startswith("/"):
+                    resolved = []
+                pending[:0] = [p for p in target.split("/") if p]
+                continue
+            resolved.append(name)
+        return "/" + "/".join(resolved)
+
+    def resolve(self, record: ImageRecord, path: str) -> Path | None:
+        """Where on the host the merged image keeps `path` (its topmost layer's entry)."""
+        real = self.realpath(record, path)
+        if real is None:
+            return None
+        return self._entry(record, real.lstrip("/")) if real != "/" else self.layer_path(record.layers[-1])
+
+    def list_dir(self, record: ImageRecord, path: str) -> list[str]:
+        """Names in the merged directory `path` (no symlinks in it), whiteouts honoured."""
+        return sorted(n for n in {c.name for d in reversed(record.layers)
+                                  if (self.layer_path(d) / path.strip("/")).is_dir()
+                                  for c in (self.layer_path(d) / path.strip("/")).iterdir()}
+                      if self._entry(record, f"{path.strip('/')}/{n}") is not None)
+
+    def _entry(self, record: ImageRecord, rel: str) -> Path | None:
+        """The topmost layer's entry for `rel` (whose parents are directories), or None when
+        no layer has it or a whiteout or opaque directory hides it."""
+        parts = rel.split("/")
+        for diff_id in reversed(record.layers):
+            layer = self.layer_path(diff_id)
+            target = layer / rel
+            if os.path.realpath(target.parent) == str(layer.joinpath(*parts[:-1])) and os.path.lexists(target):
+                return None if stat.S_ISCHR(os.lstat(target).st_mode) else target  # a character device: whiteout
+            if any(_opaque(layer.joinpath(*parts[:i])) for i in range(1, len(parts))):
+                return None
+        return None
+
+    def use(self, name: str, holder: str) -> ImageUse:
+        """Record that `holder` (a template pool of a node) uses image `name` (`NAME@ID` pins
+        count as NAME) until the use is released or the holder's process ends."""
+        name = name.partition("@")[0]
+        with self._locked():
+            self.get(name)
+            folder = self._uses_dir(name)
+            folder.mkdir(parents=True, exist_ok=True)
+            path = folder / f"{quote(holder, safe='')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            os.write(fd, json.dumps({"holder": holder, "pid": os.getpid()}).encode())
+        return ImageUse(path, fd)
+
+    def users(self, name: str) -> list[str]:
+        """Who holds image `name` now (dropping the records of holders that died)."""
+        folder = self._uses_dir(name)
+        holders = []
+        for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+            with open(path, "rb") as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    entry = json.loads(f.read() or b"{}")
+                    holders.append(f"{entry.get('holder', path.name)} (pid {entry.get('pid', '?')})")
+                    continue
+            path.unlink()  # its holder is gone
+        return holders
+
+    def _uses_dir(self, name: str) -> Path:
+        return self.root / "uses" / quote(name, safe="")
+
     def remove(self, name: str) -> int:
         """Forget image `name` and delete the layers no other image uses; returns how many
-        layers went. Only for images no running sandbox uses: overlayfs does not expect the
-        layers under a mounted root to change."""
+        layers went. Refused while a template pool uses it: overlayfs does not expect the
+        layers under a mounted root (a sandbox's, an image zygote's) to change."""
         with self._locked():
             record = self.get(name)
+            holders = self.users(name)
+            if holders:
+                raise ImageError(f"image {name}: in use by {', '.join(holders)}; stop those node agents "
+                                 "(`venusrl sandbox serve`; their template pools hold it) before removing it")
             self._record_path(name).unlink()
             still_used = {d for other in self.images() for d in other.layers}
             gone = [d for d in dict.fromkeys(record.layers) if d not in still_used]
@@ -168,6 +261,20 @@ class ImageStore:
     def resolve_user(self, record: ImageRecord) -> ImageUser:
         return resolve_user(record.user, self.read_file(record, "/etc/passwd") or "",
                             self.read_file(record, "/etc/group") or "", record.name)
+
+
+@dataclass
+class ImageUse:
+    """One holder's use of an image: its record file, flock'ed for as long as it is open
+    (the kernel drops the lock when the holder dies, so a crashed node leaves no use)."""
+
+    path: Path
+    fd: int
+
+    def release(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        os.close(self.fd)
 
 
 def _opaque(directory: Path) -> bool:

@@ -22,9 +22,10 @@ from typing import Any
 from venusrl.sandbox.errors import TemplateError
 from venusrl.sandbox.image.config import session_environment
 from venusrl.sandbox.image.layers import UID_BASE
+from venusrl.sandbox.image.python import find_python, image_path
 from venusrl.sandbox.image.rootfs import ImageRoot
 from venusrl.sandbox.image.setup import run_setup
-from venusrl.sandbox.image.store import ImageStore
+from venusrl.sandbox.image.store import ImageStore, ImageUse
 from venusrl.sandbox.template import Template
 
 WORKSPACE_DEFAULTS: dict[str, Any] = {"cwd": "/workspace", "env": {}}
@@ -36,6 +37,7 @@ class PreparedImage:
     root: ImageRoot
     session: dict[str, Any]  # where and with what environment commands start
     command: tuple[str, ...]  # Entrypoint + Cmd
+    python: str | None  # the image's interpreter, when the template has python_* fields
 
 
 def image_template(image: str) -> Template:
@@ -45,9 +47,12 @@ def image_template(image: str) -> Template:
 
 
 class ImageTemplates:
-    def __init__(self, store: str | Path) -> None:
+    def __init__(self, store: str | Path, holder: str = "a node") -> None:
+        """`holder` names this node in the store's record of who uses an image."""
         self.store = ImageStore(store)
+        self.holder = holder
         self._prepared: dict[str, PreparedImage] = {}
+        self._uses: dict[str, ImageUse] = {}  # template -> its hold on its image, while its pool lives
         self._lock = threading.Lock()
 
     def materialize(self, template: Template, layer: Path) -> None:
@@ -55,6 +60,10 @@ class ImageTemplates:
         if template.image is None:
             template.materialize(layer)
             return
+        self.release(template)
+        use = self.store.use(template.image, f"template {template.name} on {self.holder}")
+        with self._lock:
+            self._uses[template.name] = use
         record = self.store.get(template.image)
         user = self.store.resolve_user(record)
         if layer.exists():
@@ -76,6 +85,15 @@ class ImageTemplates:
             os.lchown(layer / parent, UID_BASE, UID_BASE)
         os.lchown(target, UID_BASE + user.uid, UID_BASE + user.gid)
         environment = session_environment(record, user)
+        python = None
+        if template.python_modules or template.python_setup or template.python_start:
+            python = find_python(self.store, record)
+            if python is None:
+                fields = [f for f in ("python_modules", "python_setup", "python_start") if getattr(template, f)]
+                raise TemplateError(
+                    f"template {template.name}: {'/'.join(fields)} need a Python interpreter in image "
+                    f"{template.image}, and it has none (looked in its PATH {':'.join(image_path(record))} "
+                    f"and for /usr/local/bin/python3.*, /usr/bin/python3.*)")
         if template.setup_commands:
             image_only = ImageRoot(record.name, str(self.store.layers_dir), self.store.lower_dirs(record),
                                    0, 0, record.working_dir)
@@ -85,7 +103,14 @@ class ImageTemplates:
                          user.uid, user.gid, record.working_dir)
         with self._lock:
             self._prepared[template.name] = PreparedImage(root, {"cwd": record.working_dir, "env": environment},
-                                                          record.command)
+                                                          record.command, python)
+
+    def release(self, template: Template) -> None:
+        """Let go of the template's image (its pool is gone)."""
+        with self._lock:
+            use = self._uses.pop(template.name, None)
+        if use is not None:
+            use.release()
 
     def root(self, template: Template) -> dict[str, Any] | None:
         """The SandboxSpec's `image` field: None for a template without an image."""
@@ -93,6 +118,22 @@ class ImageTemplates:
             return None
         with self._lock:
             return self._prepared[template.name].root.to_json()
+
+    def image_zygote(self, template: Template, scratch: Path) -> dict[str, Any] | None:
+        """The image zygote's job (image/zygote.py), when the template's Python runs in the
+        image: its root is the template's, over a private upper under `scratch`."""
+        if template.image is None:
+            return None
+        with self._lock:
+            prepared = self._prepared[template.name]
+        if prepared.python is None:
+            return None
+        shutil.rmtree(scratch, ignore_errors=True)
+        for name in ("root", "upper", "work", "tmp"):
+            (scratch / name).mkdir(parents=True)
+        os.chmod(scratch / "tmp", 0o1777)
+        return {"image": prepared.root.to_json(), "python": prepared.python, "env": prepared.session["env"],
+                **{name: str(scratch / name) for name in ("root", "upper", "work", "tmp")}}
 
     def session_defaults(self, template: Template) -> dict[str, Any]:
         if template.image is None:
