@@ -1,0 +1,188 @@
+"""The vLLM `EngineClient` against our engine on the same tiny Qwen3 (fp32, head_dim 64, which
+vLLM's CPU attention takes): greedy agreement, behaviour log-probs, venus's priority preemption
+and a weight update mid-run. One vLLM engine serves the module (its start costs a minute on
+two cores). Runs in the vLLM venv (`make test-vllm`); skipped where vLLM is not installed."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("vllm", reason="vLLM is not installed in this venv: `make test-vllm` runs these tests "
+                                   "in .venv-vllm (built by `make vllm-venv`)")
+
+import torch  # noqa: E402
+
+from venusrl.engine.config import EngineConfig  # noqa: E402
+from venusrl.engine.engine import Engine  # noqa: E402
+from venusrl.engine.vllm_backend import VLLMEngine  # noqa: E402
+from venusrl.model.checkpoint import load_model  # noqa: E402
+from venusrl.model.tiny import make_tiny_model  # noqa: E402
+from venusrl.types import Priority, SamplingParams  # noqa: E402
+
+BATCH = 4  # vLLM's max_num_seqs: the priority test fills it with LOW requests
+NO_STOP = (-1,)  # a stop id no model samples: every request runs to max_new_tokens
+
+
+def _tiny(path, seed):
+    return make_tiny_model(path, layers=4, hidden=256, heads=4, kv_heads=2, head_dim=64, seed=seed)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    root = tmp_path_factory.mktemp("vllm")
+    model_dir, other_dir = _tiny(root / "model", seed=0), _tiny(root / "other", seed=1)
+    runner = asyncio.Runner()
+    config = EngineConfig(kv_capacity_tokens=8192, max_running_requests=BATCH, max_prefill_tokens=2048, page_size=32)
+
+    async def start():
+        return VLLMEngine.start(model_dir, config)
+
+    engine = runner.run(start())
+    try:
+        yield runner, engine, load_model(model_dir), load_model(other_dir)
+    finally:
+        runner.run(engine.shutdown())
+        runner.close()
+
+
+def _prompts(count, length, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, 256, (count, length), generator=g).tolist()
+
+
+def _ours(model, prompts, max_new_tokens):
+    """Our engine's greedy outputs (the reference)."""
+    engine = Engine(model, EngineConfig(kv_capacity_tokens=8192, max_running_requests=len(prompts)))
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=0, stop_token_ids=NO_STOP)
+    return [o.output_ids for o in engine.generate(prompts, params)]
+
+
+async def _collect(engine, prompt, params, priority, log=None, name=None, trajectory_id=None):
+    last = None
+    async for out in engine.generate(prompt, params, priority, trajectory_id):
+        if log is not None and out.new_token_ids:
+            log.append((name, len(out.output_ids)))
+        last = out
+    return last
+
+
+def test_greedy_agrees_with_our_engine(setup):
+    runner, engine, ours, _ = setup
+    prompts = _prompts(16, 32)
+    params = SamplingParams(max_new_tokens=64, temperature=0, stop_token_ids=NO_STOP)
+
+    async def run():
+        return await asyncio.gather(*(_collect(engine, p, params, Priority.LOW) for p in prompts))
+
+    outputs = runner.run(run())
+    reference = _ours(ours, prompts, 64)
+    same = [o.output_ids == r for o, r in zip(outputs, reference, strict=True)]
+    first_diff = [next((i for i, (a, b) in enumerate(zip(o.output_ids, r, strict=True)) if a != b), None)
+                  for o, r in zip(outputs, reference, strict=True)]
+    assert sum(same) >= 15, f"{sum(same)}/16 identical; first differing positions {first_diff}"
+    assert all(len(o.output_ids) == 64 and o.finish_reason == "length" for o in outputs)
+    assert all(o.weight_versions == [0] * 64 for o in outputs)
+    assert all(lp <= 0 for o in outputs for lp in o.logprobs)
+
+
+def test_logprobs_are_under_the_rollout_temperature(setup):
+    """A sampled request's log-probs equal our model's log_softmax(logits / T) at the sampled
+    tokens (teacher-forced over prompt + output): the behaviour policy the trainer corrects for."""
+    runner, engine, ours, _ = setup
+    prompt = _prompts(1, 24, seed=3)[0]
+    params = SamplingParams(max_new_tokens=24, temperature=0.7, seed=11, stop_token_ids=NO_STOP)
+    out = runner.run(_collect(engine, prompt, params, Priority.HIGH))
+    ids = torch.tensor([prompt + out.output_ids])
+    with torch.no_grad():
+        logits = ours(ids).float()[0, len(prompt) - 1:-1]
+    expected = torch.log_softmax(logits / 0.7, dim=-1).gather(1, torch.tensor(out.output_ids)[:, None])[:, 0]
+    assert torch.allclose(torch.tensor(out.logprobs), expected, atol=2e-3), (out.logprobs, expected.tolist())
+
+
+def test_high_request_preempts_a_low_one_which_resumes_exactly(setup):
+    """LOW requests fill the batch and one more waits; a HIGH request arrives: it runs before the
+    waiting LOW one, the newest running LOW is preempted (no token while HIGH runs), and it then
+    resumes to exactly its uninterrupted greedy output."""
+    runner, engine, ours, _ = setup
+    low_prompts = _prompts(BATCH + 1, 32, seed=5)
+    high_prompt = _prompts(1, 32, seed=6)[0]
+    low = SamplingParams(max_new_tokens=64, temperature=0, stop_token_ids=NO_STOP)
+    high = SamplingParams(max_new_tokens=8, temperature=0, stop_token_ids=NO_STOP)
+
+    async def run():
+        before = (await engine.stats()).preemptions
+        log: list[tuple[str, int]] = []
+        started = {f"low{i}": asyncio.Event() for i in range(BATCH)}
+
+        async def low_request(i):
+            name = f"low{i}"
+            last = None
+            async for out in engine.generate(low_prompts[i], low, Priority.LOW):
+                if out.new_token_ids:
+                    log.append((name, len(out.output_ids)))
+                    if len(out.output_ids) >= 2 and name in started:
+                        started[name].set()
+                last = out
+            return last
+
+        running = [asyncio.create_task(low_request(i)) for i in range(BATCH)]
+        for event in started.values():
+            await event.wait()
+        waiting = asyncio.create_task(low_request(BATCH))
+        await asyncio.sleep(0)  # the waiting LOW request is added before the HIGH one
+        urgent = await _collect(engine, high_prompt, high, Priority.HIGH, log, "high")
+        lows = await asyncio.gather(*running, waiting)
+        return log, urgent, lows, (await engine.stats()).preemptions - before
+
+    log, urgent, lows, preemptions = runner.run(run())
+    names = [name for name, _ in log]
+    high_first, high_last = names.index("high"), len(names) - 1 - names[::-1].index("high")
+    waiting_name, victim = f"low{BATCH}", f"low{BATCH - 1}"
+    assert high_first < names.index(waiting_name), "the HIGH request ran before the waiting LOW one"
+    during_high = names[high_first:high_last + 1]
+    assert victim not in during_high, f"the newest LOW request was not preempted: {during_high}"
+    assert all(f"low{i}" in during_high for i in range(BATCH - 1)), "the other LOW requests ran on"
+    assert preemptions >= 1
+    reference = _ours(ours, low_prompts + [high_prompt], 64)
+    assert [o.output_ids for o in lows] == reference[:BATCH + 1]
+    assert urgent.output_ids == reference[BATCH + 1][:8]
+
+
+def test_weight_update_mid_run(setup):
+    """Tokens after the update carry the new version and are the new weights' greedy
+    continuation of prompt + the tokens before it; restoring the old weights restores the old
+    outputs."""
+    runner, engine, ours, other = setup
+    prompt = _prompts(1, 32, seed=7)[0]
+    params = SamplingParams(max_new_tokens=48, temperature=0, stop_token_ids=NO_STOP)
+
+    async def run():
+        seen = asyncio.Event()
+        last = None
+
+        async def consume():
+            nonlocal last
+            async for out in engine.generate(prompt, params, Priority.HIGH):
+                if len(out.output_ids) >= 8:
+                    seen.set()
+                last = out
+
+        task = asyncio.create_task(consume())
+        await seen.wait()
+        await engine.update_weights(other.state_dict(), 1)
+        await task
+        await engine.update_weights(ours.state_dict(), 2)
+        restored = await _collect(engine, prompt, params, Priority.HIGH)
+        return last, restored, await engine.health()
+
+    out, restored, health = runner.run(run())
+    switch = out.weight_versions.index(1)
+    assert switch >= 8 and out.weight_versions == [0] * switch + [1] * (48 - switch)
+    old = _ours(ours, [prompt], 48)[0]
+    assert out.output_ids[:switch] == old[:switch]
+    assert out.output_ids[switch:] == _ours(other, [prompt + out.output_ids[:switch]], 48 - switch)[0]
+    assert restored.output_ids == old and restored.weight_versions == [2] * 48
+    assert health.alive and health.weight_version == 2
+
