@@ -64,6 +64,10 @@ $(VLLM_STAMP): pyproject.toml constraints-vllm.txt
 	$(VLLM_PY) -c "import vllm, torch, transformers, venusrl; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
 	touch $(VLLM_STAMP)
 
+# The vLLM backend's tests (tests/engine/test_vllm_*.py; they skip in the main venv).
+test-vllm: vllm-venv
+	$(VLLM_PY) -m pytest $(wildcard tests/engine/test_vllm_*.py)
+
 demo: install system-deps
 	$(VENV)/bin/venusrl demo examples/demo.yaml
 

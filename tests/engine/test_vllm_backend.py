@@ -186,3 +186,66 @@ def test_weight_update_mid_run(setup):
     assert restored.output_ids == old and restored.weight_versions == [2] * 48
     assert health.alive and health.weight_version == 2
 
+
+
+def test_resume_after_abort_hits_the_prefix_cache(setup):
+    """A request left early keeps its computed KV in vLLM's prefix cache: the continuation
+    (prompt + the partial output) finds every full block of it cached, and the resumed output
+    equals the uninterrupted greedy one."""
+    runner, engine, ours, _ = setup
+    prompt = _prompts(1, 40, seed=8)[0]
+    params = SamplingParams(max_new_tokens=40, temperature=0, stop_token_ids=NO_STOP)
+
+    async def run():
+        partial = None
+        async for out in engine.generate(prompt, params, Priority.HIGH):
+            partial = out
+            if len(out.output_ids) >= 30:
+                break  # leaving the stream aborts the request
+        before = await engine.stats()
+        rest = SamplingParams(max_new_tokens=40 - len(partial.output_ids), temperature=0, stop_token_ids=NO_STOP)
+        resumed = await _collect(engine, prompt + partial.output_ids, rest, Priority.HIGH)
+        return partial, resumed, before, await engine.stats()
+
+    partial, resumed, before, after = runner.run(run())
+    context = len(prompt) + len(partial.output_ids)
+    assert after.cached_tokens - before.cached_tokens >= context // 32 * 32  # every full block of it
+    assert partial.output_ids + resumed.output_ids == _ours(ours, [prompt], 40)[0]
+
+
+def test_set_priority_moves_a_waiting_request_ahead(setup):
+    """A LOW request waiting at a full batch, raised to HIGH by `set_priority`, is re-issued at
+    HIGH (vLLM cannot change a queued request's priority) and preempts a running LOW one; its
+    output is its greedy output."""
+    runner, engine, ours, _ = setup
+    prompts = _prompts(BATCH + 1, 32, seed=9)
+    params = SamplingParams(max_new_tokens=48, temperature=0, stop_token_ids=NO_STOP)
+
+    async def run():
+        log: list[tuple[str, int]] = []
+        started = {i: asyncio.Event() for i in range(BATCH)}
+
+        async def request(i):
+            last = None
+            async for out in engine.generate(prompts[i], params, Priority.LOW, trajectory_id=f"t{i}"):
+                log.append((f"t{i}", len(out.output_ids)))
+                if i in started and len(out.output_ids) >= 2:
+                    started[i].set()
+                last = out
+            return last
+
+        running = [asyncio.create_task(request(i)) for i in range(BATCH)]
+        for event in started.values():
+            await event.wait()
+        waiting = asyncio.create_task(request(BATCH))
+        while (await engine.stats()).waiting < 1:  # vLLM reports it queued (each step updates stats)
+            await asyncio.sleep(0)
+        engine.set_priority(f"t{BATCH}", Priority.HIGH)
+        return log, await asyncio.gather(*running, waiting)
+
+    log, outputs = runner.run(run())
+    names = [name for name, _ in log]
+    raised = names.index(f"t{BATCH}")
+    finished_before = {n for n, count in log[:raised] if count == 48}
+    assert not finished_before, "it ran before any LOW request finished: it preempted one"
+    assert [o.output_ids for o in outputs] == _ours(ours, prompts, 48)

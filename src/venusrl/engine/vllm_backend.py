@@ -226,14 +226,17 @@ class VLLMEngine:
         aborted and issued again at the new priority as continuations (their full KV blocks
         stay in the prefix cache, so only the last partial block is recomputed)."""
         self._trajectories[trajectory_id] = priority
-        moved = [s for s in self._streams.values()
-                 if s.trajectory_id == trajectory_id and s.priority != priority and s.vllm_id is not None]
-        for stream in moved:
-            stream.priority = priority
-            stream.reissue = True
-            stream.resumed.set()
-        if moved:
-            asyncio.get_running_loop().create_task(self.llm.abort([s.vllm_id for s in moved]))
+        issued = []
+        for stream in self._streams.values():
+            if stream.trajectory_id != trajectory_id or stream.priority == priority:
+                continue
+            stream.priority = priority  # a stream not yet issued is issued at it
+            if stream.vllm_id is not None:
+                stream.reissue = True
+                stream.resumed.set()
+                issued.append(stream.vllm_id)
+        if issued:
+            asyncio.get_running_loop().create_task(self.llm.abort(issued))
 
     async def start_trajectory(self, trajectory_id: str, priority: Priority) -> None:
         self._trajectories[trajectory_id] = priority
