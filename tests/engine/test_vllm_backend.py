@@ -68,6 +68,36 @@ async def _collect(engine, prompt, params, priority, log=None, name=None, trajec
     return last
 
 
+def _low_request(engine, prompt, params, name, log, started=None):
+    """A LOW request of trajectory `name` as a task; logs (name, tokens so far) per output and
+    sets `started` once it has produced two tokens (it is running)."""
+
+    async def run():
+        last = None
+        async for out in engine.generate(prompt, params, Priority.LOW, trajectory_id=name):
+            if out.new_token_ids:
+                log.append((name, len(out.output_ids)))
+            if started is not None and len(out.output_ids) >= 2:
+                started.set()
+            last = out
+        return last
+
+    return asyncio.create_task(run())
+
+
+async def _fill_batch_and_queue(engine, prompts, params, log):
+    """BATCH LOW requests running (each has produced tokens), then one more queued in vLLM
+    (vLLM reports it waiting); their tasks, the queued one last."""
+    started = [asyncio.Event() for _ in range(BATCH)]
+    tasks = [_low_request(engine, prompts[i], params, f"low{i}", log, started[i]) for i in range(BATCH)]
+    for event in started:
+        await event.wait()
+    tasks.append(_low_request(engine, prompts[BATCH], params, f"low{BATCH}", log))
+    while (await engine.stats()).waiting < 1:  # each engine step refreshes the stats
+        await asyncio.sleep(0)
+    return tasks
+
+
 def test_greedy_agrees_with_our_engine(setup):
     runner, engine, ours, _ = setup
     prompts = _prompts(16, 32)
@@ -114,27 +144,9 @@ def test_high_request_preempts_a_low_one_which_resumes_exactly(setup):
     async def run():
         before = (await engine.stats()).preemptions
         log: list[tuple[str, int]] = []
-        started = {f"low{i}": asyncio.Event() for i in range(BATCH)}
-
-        async def low_request(i):
-            name = f"low{i}"
-            last = None
-            async for out in engine.generate(low_prompts[i], low, Priority.LOW):
-                if out.new_token_ids:
-                    log.append((name, len(out.output_ids)))
-                    if len(out.output_ids) >= 2 and name in started:
-                        started[name].set()
-                last = out
-            return last
-
-        running = [asyncio.create_task(low_request(i)) for i in range(BATCH)]
-        for event in started.values():
-            await event.wait()
-        waiting = asyncio.create_task(low_request(BATCH))
-        await asyncio.sleep(0)  # the waiting LOW request is added before the HIGH one
+        lows = await _fill_batch_and_queue(engine, low_prompts, low, log)
         urgent = await _collect(engine, high_prompt, high, Priority.HIGH, log, "high")
-        lows = await asyncio.gather(*running, waiting)
-        return log, urgent, lows, (await engine.stats()).preemptions - before
+        return log, urgent, await asyncio.gather(*lows), (await engine.stats()).preemptions - before
 
     log, urgent, lows, preemptions = runner.run(run())
     names = [name for name, _ in log]
@@ -223,29 +235,13 @@ def test_set_priority_moves_a_waiting_request_ahead(setup):
 
     async def run():
         log: list[tuple[str, int]] = []
-        started = {i: asyncio.Event() for i in range(BATCH)}
-
-        async def request(i):
-            last = None
-            async for out in engine.generate(prompts[i], params, Priority.LOW, trajectory_id=f"t{i}"):
-                log.append((f"t{i}", len(out.output_ids)))
-                if i in started and len(out.output_ids) >= 2:
-                    started[i].set()
-                last = out
-            return last
-
-        running = [asyncio.create_task(request(i)) for i in range(BATCH)]
-        for event in started.values():
-            await event.wait()
-        waiting = asyncio.create_task(request(BATCH))
-        while (await engine.stats()).waiting < 1:  # vLLM reports it queued (each step updates stats)
-            await asyncio.sleep(0)
-        engine.set_priority(f"t{BATCH}", Priority.HIGH)
-        return log, await asyncio.gather(*running, waiting)
+        tasks = await _fill_batch_and_queue(engine, prompts, params, log)
+        engine.set_priority(f"low{BATCH}", Priority.HIGH)
+        return log, await asyncio.gather(*tasks)
 
     log, outputs = runner.run(run())
     names = [name for name, _ in log]
-    raised = names.index(f"t{BATCH}")
+    raised = names.index(f"low{BATCH}")
     finished_before = {n for n, count in log[:raised] if count == 48}
     assert not finished_before, "it ran before any LOW request finished: it preempted one"
     assert [o.output_ids for o in outputs] == _ours(ours, prompts, 48)
