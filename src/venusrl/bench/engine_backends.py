@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import statistics
 import tempfile
 import time
@@ -29,6 +30,11 @@ log = logging.getLogger(__name__)
 BACKENDS = ("ours", "vllm", "hf")
 # head_dim 64: vLLM's CPU attention refuses head_dim 16 (and the engine bench's model has 32)
 SHAPE = dict(layers=4, hidden=256, heads=4, kv_heads=2, head_dim=64, seed=1)
+# vLLM's CPU worker binds its OpenMP threads to all cores but one (VLLM_CPU_OMP_THREADS_BIND=auto
+# reserves one for the engine core): ours and hf get the same number of threads. On a shared,
+# oversubscribed host that matters tenfold: two OpenMP threads contending with other processes
+# ran our engine at 30-50 tok/s where one thread ran it at 440-530 (same case, same minute).
+THREADS = max(1, (os.cpu_count() or 2) - 1)
 CASES = {"quick": [ThroughputCase(batch=16, prompt_len=128, new_tokens=64)],
          "full": [ThroughputCase(batch=16, prompt_len=128, new_tokens=64),
                   ThroughputCase(batch=8, prompt_len=1024, new_tokens=64)]}
@@ -102,8 +108,10 @@ def side_by_side(model_dir: Path, case: ThroughputCase, backends: list[str], rep
     params = SamplingParams(max_new_tokens=case.new_tokens, temperature=0, stop_token_ids=(-1,))
     runner = asyncio.Runner()
     generators: dict[str, Callable] = {}
-    result: dict[str, object] = {"case": asdict(case)}
+    result: dict[str, object] = {"case": asdict(case), "threads": THREADS}
     vllm_engine = None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
     try:
         for name in backends:
             if name == "vllm":
@@ -123,6 +131,7 @@ def side_by_side(model_dir: Path, case: ThroughputCase, backends: list[str], rep
         if vllm_engine is not None:
             runner.run(vllm_engine.shutdown())
         runner.close()
+        torch.set_num_threads(threads)
     generated = case.batch * case.new_tokens
     tps = {name: [generated / t for t in ts] for name, ts in times.items()}
     result["backends"] = {name: statistics.median(v) for name, v in tps.items()}
