@@ -130,7 +130,7 @@ class VLLMEngine:
         self.kv_capacity_tokens = (cache.num_gpu_blocks or 0) * cache.block_size
 
     @classmethod
-    def start(cls, model_dir: str | Path, config: EngineConfig, **kwargs) -> VLLMEngine:
+    def start(cls, model_dir: str | Path, config: EngineConfig, weight_version: int = 0, **kwargs) -> VLLMEngine:
         args = engine_args(model_dir, config, **kwargs)
         vllm_config = args.create_engine_config(UsageContext.ENGINE_CONTEXT)
         stats = StatsCollector()
@@ -138,7 +138,7 @@ class VLLMEngine:
         log.info("vLLM engine started: %s, %d KV tokens, batch %d", model_dir,
                  (vllm_config.cache_config.num_gpu_blocks or 0) * vllm_config.cache_config.block_size,
                  config.max_running_requests)
-        return cls(llm, stats, config)
+        return cls(llm, stats, config, weight_version)
 
     # ---- generation -------------------------------------------------------------------------
 
