@@ -16,8 +16,10 @@ What each venus mechanism becomes here (vLLM 0.32, its V1 engine):
   temperature (equal to ours, softmax(logits / T), when top-p/top-k cut nothing; with a cut
   vLLM renormalises over the kept tokens, ours does not).
 - residency tiers, demotion, KV export/import: vLLM has no trajectory-aware eviction (its
-  prefix cache is LRU over freed blocks) and no CPU KV connector was verified, so there is no
-  demotion (`demoted` is always empty) and `export_prefix` moves nothing (`PrefixKV(0, ...)`).
+  prefix cache is LRU over freed blocks), so there is no demotion (`demoted` is always empty).
+  vLLM moves KV between engines only through KV connectors configured at start
+  (`kv_transfer_config`), not by a call; none is wired here, so `export_prefix` moves nothing
+  (`PrefixKV(0, ...)`) and a migrated request recomputes its prefix on the target engine.
 """
 
 from __future__ import annotations
@@ -264,8 +266,11 @@ class VLLMEngine:
 
     async def export_prefix(self, token_ids: list[int]) -> PrefixKV:
         """No KV leaves a vLLM engine here: vLLM exposes its KV only through KV connectors
-        (LMCache, NIXL, Mooncake, OffloadingConnector), none verified on its CPU build. The
-        importing engine recomputes the prefix (its prefix cache serves what it already has)."""
+        (LMCache, NIXL, Mooncake, offloading), which act inside its scheduler per request, not
+        on a call like this one. None is tried on the CPU build yet; the candidates are its
+        reference ExampleConnector (KV through a shared directory, plain torch) and NIXL (the
+        CPU platform selects a KV layout for it; it needs the nixl package). The target engine
+        recomputes the prefix (its prefix cache serves what it already has)."""
         return PrefixKV(0, self._empty_kv())
 
     async def import_prefix(self, token_ids: list[int], kv: HostKV, trajectory_id: str | None = None) -> int:
