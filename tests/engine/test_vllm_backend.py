@@ -6,6 +6,7 @@ two cores). Runs in the vLLM venv (`make test-vllm`); skipped where vLLM is not 
 from __future__ import annotations
 
 import asyncio
+import copy
 
 import pytest
 
@@ -98,6 +99,24 @@ async def _fill_batch_and_queue(engine, prompts, params, log):
     return tasks
 
 
+async def _update_mid_run(engine, prompt, params, weights, version):
+    """A HIGH request that gets `weights` (as `version`) once it has 8 tokens; its output."""
+    seen, last = asyncio.Event(), None
+
+    async def consume():
+        nonlocal last
+        async for out in engine.generate(prompt, params, Priority.HIGH):
+            if len(out.output_ids) >= 8:
+                seen.set()
+            last = out
+
+    task = asyncio.create_task(consume())
+    await seen.wait()
+    await engine.update_weights(weights, version)
+    await task
+    return last
+
+
 def test_greedy_agrees_with_our_engine(setup):
     runner, engine, ours, _ = setup
     prompts = _prompts(16, 32)
@@ -171,20 +190,7 @@ def test_weight_update_mid_run(setup):
     params = SamplingParams(max_new_tokens=48, temperature=0, stop_token_ids=NO_STOP)
 
     async def run():
-        seen = asyncio.Event()
-        last = None
-
-        async def consume():
-            nonlocal last
-            async for out in engine.generate(prompt, params, Priority.HIGH):
-                if len(out.output_ids) >= 8:
-                    seen.set()
-                last = out
-
-        task = asyncio.create_task(consume())
-        await seen.wait()
-        await engine.update_weights(other.state_dict(), 1)
-        await task
+        last = await _update_mid_run(engine, prompt, params, other.state_dict(), 1)
         await engine.update_weights(ours.state_dict(), 2)
         restored = await _collect(engine, prompt, params, Priority.HIGH)
         return last, restored, await engine.health()
@@ -197,7 +203,6 @@ def test_weight_update_mid_run(setup):
     assert out.output_ids[switch:] == _ours(other, [prompt + out.output_ids[:switch]], 48 - switch)[0]
     assert restored.output_ids == old and restored.weight_versions == [2] * 48
     assert health.alive and health.weight_version == 2
-
 
 
 def test_resume_after_abort_hits_the_prefix_cache(setup):
@@ -245,3 +250,34 @@ def test_set_priority_moves_a_waiting_request_ahead(setup):
     finished_before = {n for n, count in log[:raised] if count == 48}
     assert not finished_before, "it ran before any LOW request finished: it preempted one"
     assert [o.output_ids for o in outputs] == _ours(ours, prompts, 48)
+
+
+def test_weight_update_keeping_kv_matches_ours(setup):
+    """`kv_after_weight_update: keep`: the request is frozen, not re-issued, and carries on under
+    the new weights over its old KV; our engine doing the same switch at the same token gives
+    the same tokens."""
+    runner, engine, ours, other = setup
+    prompt = _prompts(1, 32, seed=12)[0]
+    params = SamplingParams(max_new_tokens=48, temperature=0, stop_token_ids=NO_STOP)
+    recompute = engine.config
+    engine.config = recompute.model_copy(update={"kv_after_weight_update": "keep"})  # read per update
+
+    async def run():
+        before = (await engine.health()).weight_version  # the old weights are `ours` at any version below 3
+        last = await _update_mid_run(engine, prompt, params, other.state_dict(), 3)
+        await engine.update_weights(ours.state_dict(), 4)
+        return before, last
+
+    try:
+        before, out = runner.run(run())
+    finally:
+        engine.config = recompute
+    switch = out.weight_versions.index(3)
+    assert switch >= 8 and out.weight_versions == [before] * switch + [3] * (48 - switch)
+    reference = Engine(copy.deepcopy(ours), EngineConfig(kv_capacity_tokens=8192, kv_after_weight_update="keep"))
+    request = reference.add_request(prompt, params)
+    produced = 0
+    while produced < switch:
+        produced = max([len(o.output_ids) for o in reference.step() if o.request_id == request] + [produced])
+    reference.update_weights(other.state_dict(), 1)
+    assert out.output_ids == reference.run_to_completion()[request].output_ids

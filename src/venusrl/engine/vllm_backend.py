@@ -156,10 +156,13 @@ class VLLMEngine:
         try:
             while not finished:
                 new, reason = 0, None
-                async for new, reason in self._issue(stream):
-                    if new and reason is None:
-                        yield stream.output(new)
-                if reason == "abort" and stream.reissue and not stream.caller_aborted:
+                async with aclosing(self._issue(stream)) as issued:  # leaving early aborts the vLLM request
+                    async for new, reason in issued:
+                        if new and reason is None:
+                            yield stream.output(new)
+                if reason == "abort" and len(stream.output_ids) >= sampling.max_new_tokens:
+                    reason = "length"  # aborted for a re-issue just as its last token came
+                elif reason == "abort" and stream.reissue and not stream.caller_aborted:
                     if new:
                         yield stream.output(new)
                     await stream.resumed.wait()
@@ -289,6 +292,8 @@ class VLLMEngine:
         resumes. `recompute` aborts in-flight requests and clears the prefix cache (each is
         issued again as a continuation under the new weights); `keep` freezes them with their
         KV and lets them carry on."""
+        if version <= self._version:
+            raise ValueError(f"weight version {version} is not newer than {self._version}")
         recompute = self.config.kv_after_weight_update == "recompute"
         tied = getattr(self.llm.model_config.hf_config, "tie_word_embeddings", False)
         tensors = {n: t.detach().cpu().contiguous() for n, t in state_dict.items() if not (tied and n == "lm_head.weight")}
