@@ -24,6 +24,9 @@ from venusrl.types import Priority, SamplingParams  # noqa: E402
 
 BATCH = 4  # vLLM's max_num_seqs: the priority test fills it with LOW requests
 NO_STOP = (-1,)  # a stop id no model samples: every request runs to max_new_tokens
+# A weight update lands while the request runs: it is sent at 8 tokens and takes effect within a
+# few steps (the weights file is a few MB), far fewer than the 190 tokens left.
+UPDATE_RUN_TOKENS = 200
 
 
 def _tiny(path, seed):
@@ -187,7 +190,7 @@ def test_weight_update_mid_run(setup):
     outputs."""
     runner, engine, ours, other = setup
     prompt = _prompts(1, 32, seed=7)[0]
-    params = SamplingParams(max_new_tokens=48, temperature=0, stop_token_ids=NO_STOP)
+    params = SamplingParams(max_new_tokens=UPDATE_RUN_TOKENS, temperature=0, stop_token_ids=NO_STOP)
 
     async def run():
         last = await _update_mid_run(engine, prompt, params, other.state_dict(), 1)
@@ -197,11 +200,11 @@ def test_weight_update_mid_run(setup):
 
     out, restored, health = runner.run(run())
     switch = out.weight_versions.index(1)
-    assert switch >= 8 and out.weight_versions == [0] * switch + [1] * (48 - switch)
-    old = _ours(ours, [prompt], 48)[0]
+    assert switch >= 8 and out.weight_versions == [0] * switch + [1] * (UPDATE_RUN_TOKENS - switch)
+    old = _ours(ours, [prompt], UPDATE_RUN_TOKENS)[0]
     assert out.output_ids[:switch] == old[:switch]
-    assert out.output_ids[switch:] == _ours(other, [prompt + out.output_ids[:switch]], 48 - switch)[0]
-    assert restored.output_ids == old and restored.weight_versions == [2] * 48
+    assert out.output_ids[switch:] == _ours(other, [prompt + out.output_ids[:switch]], UPDATE_RUN_TOKENS - switch)[0]
+    assert restored.output_ids == old and restored.weight_versions == [2] * UPDATE_RUN_TOKENS
     assert health.alive and health.weight_version == 2
 
 
@@ -258,7 +261,7 @@ def test_weight_update_keeping_kv_matches_ours(setup):
     the same tokens."""
     runner, engine, ours, other = setup
     prompt = _prompts(1, 32, seed=12)[0]
-    params = SamplingParams(max_new_tokens=48, temperature=0, stop_token_ids=NO_STOP)
+    params = SamplingParams(max_new_tokens=UPDATE_RUN_TOKENS, temperature=0, stop_token_ids=NO_STOP)
     recompute = engine.config
     engine.config = recompute.model_copy(update={"kv_after_weight_update": "keep"})  # read per update
 
@@ -273,11 +276,13 @@ def test_weight_update_keeping_kv_matches_ours(setup):
     finally:
         engine.config = recompute
     switch = out.weight_versions.index(3)
-    assert switch >= 8 and out.weight_versions == [before] * switch + [3] * (48 - switch)
+    assert switch >= 8 and out.weight_versions == [before] * switch + [3] * (UPDATE_RUN_TOKENS - switch)
     reference = Engine(copy.deepcopy(ours), EngineConfig(kv_capacity_tokens=8192, kv_after_weight_update="keep"))
     request = reference.add_request(prompt, params)
     produced = 0
     while produced < switch:
         produced = max([len(o.output_ids) for o in reference.step() if o.request_id == request] + [produced])
     reference.update_weights(other.state_dict(), 1)
-    assert out.output_ids == reference.run_to_completion()[request].output_ids
+    expected = reference.run_to_completion()[request].output_ids
+    first_diff = next((i for i, (a, b) in enumerate(zip(out.output_ids, expected, strict=True)) if a != b), None)
+    assert first_diff is None, f"switch at {switch}, first difference at {first_diff}"
