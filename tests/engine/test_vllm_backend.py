@@ -6,7 +6,6 @@ two cores). Runs in the vLLM venv (`make test-vllm`); skipped where vLLM is not 
 from __future__ import annotations
 
 import asyncio
-import copy
 
 import pytest
 
@@ -193,19 +192,20 @@ def test_weight_update_mid_run(setup):
     params = SamplingParams(max_new_tokens=UPDATE_RUN_TOKENS, temperature=0, stop_token_ids=NO_STOP)
 
     async def run():
-        last = await _update_mid_run(engine, prompt, params, other.state_dict(), 1)
-        await engine.update_weights(ours.state_dict(), 2)
+        base = (await engine.health()).weight_version  # the engine serves `ours` at it
+        last = await _update_mid_run(engine, prompt, params, other.state_dict(), base + 1)
+        await engine.update_weights(ours.state_dict(), base + 2)
         restored = await _collect(engine, prompt, params, Priority.HIGH)
-        return last, restored, await engine.health()
+        return base, last, restored, await engine.health()
 
-    out, restored, health = runner.run(run())
-    switch = out.weight_versions.index(1)
-    assert switch >= 8 and out.weight_versions == [0] * switch + [1] * (UPDATE_RUN_TOKENS - switch)
+    base, out, restored, health = runner.run(run())
+    switch = out.weight_versions.index(base + 1)
+    assert switch >= 8 and out.weight_versions == [base] * switch + [base + 1] * (UPDATE_RUN_TOKENS - switch)
     old = _ours(ours, [prompt], UPDATE_RUN_TOKENS)[0]
     assert out.output_ids[:switch] == old[:switch]
     assert out.output_ids[switch:] == _ours(other, [prompt + out.output_ids[:switch]], UPDATE_RUN_TOKENS - switch)[0]
-    assert restored.output_ids == old and restored.weight_versions == [2] * UPDATE_RUN_TOKENS
-    assert health.alive and health.weight_version == 2
+    assert restored.output_ids == old and restored.weight_versions == [base + 2] * UPDATE_RUN_TOKENS
+    assert health.alive and health.weight_version == base + 2
 
 
 def test_resume_after_abort_hits_the_prefix_cache(setup):
@@ -255,34 +255,10 @@ def test_set_priority_moves_a_waiting_request_ahead(setup):
     assert [o.output_ids for o in outputs] == _ours(ours, prompts, 48)
 
 
-def test_weight_update_keeping_kv_matches_ours(setup):
-    """`kv_after_weight_update: keep`: the request is frozen, not re-issued, and carries on under
-    the new weights over its old KV; our engine doing the same switch at the same token gives
-    the same tokens."""
-    runner, engine, ours, other = setup
-    prompt = _prompts(1, 32, seed=12)[0]
-    params = SamplingParams(max_new_tokens=UPDATE_RUN_TOKENS, temperature=0, stop_token_ids=NO_STOP)
-    recompute = engine.config
-    engine.config = recompute.model_copy(update={"kv_after_weight_update": "keep"})  # read per update
-
-    async def run():
-        before = (await engine.health()).weight_version  # the old weights are `ours` at any version below 3
-        last = await _update_mid_run(engine, prompt, params, other.state_dict(), 3)
-        await engine.update_weights(ours.state_dict(), 4)
-        return before, last
-
-    try:
-        before, out = runner.run(run())
-    finally:
-        engine.config = recompute
-    switch = out.weight_versions.index(3)
-    assert switch >= 8 and out.weight_versions == [before] * switch + [3] * (UPDATE_RUN_TOKENS - switch)
-    reference = Engine(copy.deepcopy(ours), EngineConfig(kv_capacity_tokens=8192, kv_after_weight_update="keep"))
-    request = reference.add_request(prompt, params)
-    produced = 0
-    while produced < switch:
-        produced = max([len(o.output_ids) for o in reference.step() if o.request_id == request] + [produced])
-    reference.update_weights(other.state_dict(), 1)
-    expected = reference.run_to_completion()[request].output_ids
-    first_diff = next((i for i, (a, b) in enumerate(zip(out.output_ids, expected, strict=True)) if a != b), None)
-    assert first_diff is None, f"switch at {switch}, first difference at {first_diff}"
+def test_keep_kv_after_weight_update_is_refused(setup):
+    """`kv_after_weight_update: keep` on vLLM gave, at times, a first token after the switch equal
+    to neither the old weights' nor the new ones' (vLLM pausing with mode "keep"): refused before
+    vLLM starts, naming the field."""
+    config = EngineConfig(page_size=32, kv_after_weight_update="keep")
+    with pytest.raises(ValueError, match="engine.kv_after_weight_update: only recompute"):
+        VLLMEngine.start(setup[1].llm.model_config.model, config)

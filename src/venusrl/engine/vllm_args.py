@@ -27,6 +27,11 @@ def engine_args(model_dir: str | Path, config: EngineConfig, *, dtype: str = "fl
                 max_model_len: int | None = None) -> AsyncEngineArgs:
     """vLLM's arguments for our engine config: the same KV capacity (in tokens, converted to
     bytes for the model's KV layout), batch bound, prefill budget and page size."""
+    if config.kv_after_weight_update != "recompute":
+        raise ValueError(
+            "engine.kv_after_weight_update: only recompute works with engine.backend: vllm. With keep (vLLM "
+            "pausing in-flight requests and carrying on over their KV), the first token after the switch was "
+            "at times neither the old weights' nor the new ones' (vLLM 0.32 CPU, timing-dependent)")
     from transformers import AutoConfig
 
     hf = AutoConfig.from_pretrained(str(model_dir))

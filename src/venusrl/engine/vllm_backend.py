@@ -8,10 +8,10 @@ What each venus mechanism becomes here (vLLM 0.32, its V1 engine):
   requests are re-issued at the new priority as continuations (prompt + the output so far),
   whose full KV blocks hit vLLM's prefix cache; the caller's stream carries on.
 - weight updates: vLLM pauses (in-flight requests aborted, the prefix cache cleared, so no token
-  is computed by older weights: `kv_after_weight_update: recompute`) or freezes them keeping KV
-  (`keep`); the state dict is loaded in place in each worker (vllm_worker.py) and the version
-  set; aborted requests are re-issued as continuations. Each token's version is the one vLLM's
-  engine core stamped on the step that sampled it.
+  is computed by older weights: `kv_after_weight_update: recompute`, the only mode accepted
+  here, see vllm_args.py); the state dict is loaded in place in each worker (vllm_worker.py) and
+  the version set; aborted requests are re-issued as continuations. Each token's version is the
+  one vLLM's engine core stamped on the step that sampled it.
 - log-probs: vLLM's `processed_logprobs` of the sampled token, i.e. under the rollout
   temperature (equal to ours, softmax(logits / T), when top-p/top-k cut nothing; with a cut
   vLLM renormalises over the kept tokens, ours does not).
@@ -254,13 +254,11 @@ class VLLMEngine:
     # ---- weights, health, shutdown ------------------------------------------------------------
 
     async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
-        """Applied now: generation pauses, the weights load in place in each worker, generation
-        resumes. `recompute` aborts in-flight requests and clears the prefix cache (each is
-        issued again as a continuation under the new weights); `keep` freezes them with their
-        KV and lets them carry on."""
+        """Applied now: generation pauses with in-flight requests aborted and the prefix cache
+        cleared, the weights load in place in each worker, generation resumes, and each aborted
+        request is issued again as a continuation under the new weights."""
         if version <= self._version:
             raise ValueError(f"weight version {version} is not newer than {self._version}")
-        recompute = self.config.kv_after_weight_update == "recompute"
         tied = getattr(self.llm.model_config.hf_config, "tie_word_embeddings", False)
         tensors = {n: t.detach().cpu().contiguous() for n, t in state_dict.items() if not (tied and n == "lm_head.weight")}
         async with self._update_lock:
@@ -269,10 +267,9 @@ class VLLMEngine:
                 await asyncio.to_thread(save_file, tensors, path)
                 self._serving.clear()  # no vLLM request is added until the new weights serve
                 live = [s for s in self._streams.values() if s.vllm_id is not None]
-                if recompute:
-                    for stream in live:
-                        stream.reissue = True
-                await self.llm.pause_generation(mode="abort" if recompute else "keep", clear_cache=recompute)
+                for stream in live:
+                    stream.reissue = True
+                await self.llm.pause_generation(mode="abort", clear_cache=True)
                 await self.llm.collective_rpc("venusrl_load_weights", args=(path,))
             await self.llm.update_weight_version(str(version))
             self._version = version
@@ -280,8 +277,7 @@ class VLLMEngine:
             self._serving.set()
             for stream in live:
                 stream.resumed.set()
-        log.info("weights updated to version %d (%d tensors, %s)", version, len(tensors),
-                 self.config.kv_after_weight_update)
+        log.info("weights updated to version %d (%d tensors, %d requests re-issued)", version, len(tensors), len(live))
 
     async def health(self) -> EngineHealth:
         try:
