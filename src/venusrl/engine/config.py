@@ -10,6 +10,9 @@ from venusrl.schema import Section
 
 
 class EngineConfig(Section):
+    backend: Literal["ours", "vllm"] = Field(
+        "ours", description="ours: venusrl's engine; vllm: vLLM's AsyncLLM under venus's scheduler "
+        "(engine/vllm_backend.py; needs the vllm extra, `make vllm-venv`)")
     page_size: int = Field(16, ge=1, description="tokens per KV page")
     kv_capacity_tokens: int = Field(32768, ge=1, description="KV slots on the device pool")
     host_kv_capacity_tokens: int = Field(

@@ -16,8 +16,10 @@ from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.coordinator.predictors import BackgroundPredictor, make_predictor
 from venusrl.coordinator.snapshot import CoordinatorSnapshot
 from venusrl.engine.async_engine import AsyncEngine
+from venusrl.engine.client import EngineClient
 from venusrl.engine.engine import Engine
 from venusrl.env.registry import environment_factory
+from venusrl.model.chat import load_tokenizer
 from venusrl.rollout.worker import RolloutWorker, next_ready
 from venusrl.runtime.evaluation import scored_episodes
 from venusrl.sandbox.cluster import LocalCluster
@@ -40,12 +42,15 @@ class RolloutService:
     ) -> None:
         self.config = config
         policy = config.scheduler.policy
-        self.engines = [Engine.from_pretrained(model_dir, config.engine, dtype=config.model.dtype, device=config.model.device)
-                        for _ in range(config.scheduler.engines)]
+        self.engines = [] if config.engine.backend == "vllm" else [
+            Engine.from_pretrained(model_dir, config.engine, dtype=config.model.dtype, device=config.model.device)
+            for _ in range(config.scheduler.engines)]
         for engine in self.engines:
             engine.weight_version = weight_version
             engine.tokenizer.configure(config.model.chat_template_kwargs, config.model.tool_call_format)
-        self.tokenizer = self.engines[0].tokenizer
+        self.tokenizer = self.engines[0].tokenizer if self.engines else load_tokenizer(model_dir)
+        if not self.engines:  # vLLM engines: the rollout's own tokenizer
+            self.tokenizer.configure(config.model.chat_template_kwargs, config.model.tool_call_format)
         self.env_factory = environment_factory(config.rollout.environment)
         self.cluster = (sandbox_cluster or LocalCluster(config.sandbox)) if self.env_factory.needs_sandbox else None
         # config.coordinator.policy is derived from the scheduler section (`Config._derive`)
@@ -57,7 +62,13 @@ class RolloutService:
             if predictor_path is not None:
                 predictor_config = predictor_config.model_copy(update={"path": str(predictor_path)})
             self.predictor = BackgroundPredictor(make_predictor(predictor_config))
-        self.async_engines = [AsyncEngine(e) for e in self.engines]
+        self.async_engines: list[EngineClient] = [AsyncEngine(e) for e in self.engines]
+        if config.engine.backend == "vllm":
+            from venusrl.engine.vllm_backend import VLLMEngine
+
+            self.async_engines = [VLLMEngine.start(model_dir, config.engine, dtype=config.model.dtype,
+                                                   weight_version=weight_version)
+                                  for _ in range(config.scheduler.engines)]
         self.ready: asyncio.Queue[Group] = asyncio.Queue()
         self._task: asyncio.Task | None = None
         self.worker = RolloutWorker(
@@ -65,7 +76,7 @@ class RolloutService:
             slots=config.scheduler.slots_per_engine, mode=config.scheduler.slot_mode, predictor=self.predictor,
             sandboxes=self.cluster.controller if self.cluster else None, on_ready=self.ready.put_nowait)
         log.info("rollout: %d engine(s), %s scheduling, environment %s, weight version %d",
-                 len(self.engines), policy, config.rollout.environment, weight_version)
+                 len(self.async_engines), policy, config.rollout.environment, weight_version)
 
     async def start(self) -> None:
         """Start rolling out; ready groups of a restored snapshot go to the trainer first."""

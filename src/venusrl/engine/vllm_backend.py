@@ -1,0 +1,290 @@
+"""`VLLMEngine`: the `EngineClient` port over vLLM's `AsyncLLM` (`engine.backend: vllm`).
+
+What each venus mechanism becomes here (vLLM 0.32, its V1 engine):
+- priority: PROMOTED/HIGH/LOW are vLLM priorities 0/1/2 (lower is more urgent) under
+  `scheduling_policy="priority"`; `PriorityPreemptingScheduler` adds venus's preemption of a
+  running LOW request for a waiting HIGH one when the batch is full (vllm_scheduler.py).
+- set_priority: vLLM cannot change a request's priority once added. The trajectory's live
+  requests are re-issued at the new priority as continuations (prompt + the output so far),
+  whose full KV blocks hit vLLM's prefix cache; the caller's stream carries on.
+- weight updates: vLLM pauses (in-flight requests aborted, the prefix cache cleared, so no token
+  is computed by older weights: `kv_after_weight_update: recompute`, the only mode accepted
+  here, see vllm_args.py); the state dict is loaded in place in each worker (vllm_worker.py) and
+  the version set; aborted requests are re-issued as continuations. Each token's version is the
+  one vLLM's engine core stamped on the step that sampled it.
+- log-probs: vLLM's `processed_logprobs` of the sampled token, i.e. under the rollout
+  temperature (equal to ours, softmax(logits / T), when top-p/top-k cut nothing; with a cut
+  vLLM renormalises over the kept tokens, ours does not).
+- residency tiers, demotion, KV export/import: vLLM has no trajectory-aware eviction (its
+  prefix cache is LRU over freed blocks), so there is no demotion (`demoted` is always empty).
+  vLLM moves KV between engines only through KV connectors configured at start
+  (`kv_transfer_config`), not by a call; none is wired here, so `export_prefix` moves nothing
+  (`PrefixKV(0, ...)`) and a migrated request recomputes its prefix on the target engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+from vllm.inputs import TokensPrompt
+from vllm.usage.usage_lib import UsageContext
+from vllm.v1.engine.async_llm import AsyncLLM
+
+from venusrl.engine.client import EngineHealth, EngineLoad, PrefixKV
+from venusrl.engine.config import EngineConfig
+from venusrl.engine.engine import RequestOutput
+from venusrl.engine.kv_pool import HostKV
+from venusrl.engine.stats import EngineStats
+from venusrl.engine.vllm_args import engine_args, vllm_params
+from venusrl.engine.vllm_stats import StatsCollector
+from venusrl.types import Priority, SamplingParams
+
+log = logging.getLogger(__name__)
+
+_SHM = "/dev/shm"  # weights cross to vLLM's workers as a file there (memory, not disk)
+
+
+@dataclass(slots=True, eq=False)
+class _Stream:
+    """One caller request: what vLLM produced for it so far, over every vLLM request it was
+    issued as (a re-issue continues from `prompt_ids + output_ids`)."""
+
+    request_id: str
+    trajectory_id: str | None
+    prompt_ids: list[int]
+    sampling: SamplingParams
+    priority: Priority
+    output_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    weight_versions: list[int] = field(default_factory=list)
+    issues: int = 0
+    vllm_id: str | None = None  # the vLLM request now carrying it
+    reissue: bool = False  # its vLLM request is being aborted to be issued again
+    caller_aborted: bool = False
+    resumed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def output(self, new: int, finished: bool = False, reason: str | None = None) -> RequestOutput:
+        start = len(self.output_ids) - new
+        return RequestOutput(self.request_id, self.trajectory_id, len(self.prompt_ids), self.output_ids[start:],
+                             self.logprobs[start:], list(self.output_ids), list(self.logprobs),
+                             list(self.weight_versions), finished, reason)
+
+
+class VLLMEngine:
+    """The vLLM `EngineClient`. Create it inside the event loop that will call it."""
+
+    def __init__(self, llm: AsyncLLM, stats: StatsCollector, config: EngineConfig, weight_version: int = 0):
+        self.llm = llm
+        self.config = config
+        self._stats = stats
+        self._version = weight_version
+        self._ids = itertools.count()
+        self._streams: dict[str, _Stream] = {}
+        self._trajectories: dict[str, Priority] = {}
+        self._update_lock = asyncio.Lock()
+        self._serving = asyncio.Event()  # cleared while weights are being replaced
+        self._serving.set()
+        cache = llm.vllm_config.cache_config
+        self.kv_capacity_tokens = (cache.num_gpu_blocks or 0) * cache.block_size
+
+    @classmethod
+    def start(cls, model_dir: str | Path, config: EngineConfig, weight_version: int = 0, **kwargs) -> VLLMEngine:
+        args = engine_args(model_dir, config, **kwargs)
+        vllm_config = args.create_engine_config(UsageContext.ENGINE_CONTEXT)
+        stats = StatsCollector()
+        llm = AsyncLLM.from_vllm_config(vllm_config, stat_loggers=[stats.factory], disable_log_stats=True)
+        log.info("vLLM engine started: %s, %d KV tokens, batch %d", model_dir,
+                 (vllm_config.cache_config.num_gpu_blocks or 0) * vllm_config.cache_config.block_size,
+                 config.max_running_requests)
+        return cls(llm, stats, config, weight_version)
+
+    # ---- generation -------------------------------------------------------------------------
+
+    async def generate(self, prompt_ids: list[int], sampling: SamplingParams, priority: Priority | None = None,
+                       trajectory_id: str | None = None) -> AsyncIterator[RequestOutput]:
+        if priority is None:
+            priority = self._trajectories.get(trajectory_id, Priority.LOW) if trajectory_id else Priority.LOW
+        if trajectory_id is not None:
+            self._trajectories[trajectory_id] = priority
+        stream = _Stream(f"vllm-{next(self._ids)}", trajectory_id, list(prompt_ids), sampling, priority)
+        self._streams[stream.request_id] = stream
+        finished = False
+        try:
+            while not finished:
+                new, reason = 0, None
+                async with aclosing(self._issue(stream)) as issued:  # leaving early aborts the vLLM request
+                    async for new, reason in issued:
+                        if new and reason is None:
+                            yield stream.output(new)
+                if reason == "abort" and len(stream.output_ids) >= sampling.max_new_tokens:
+                    reason = "length"  # aborted for a re-issue just as its last token came
+                elif reason == "abort" and stream.reissue and not stream.caller_aborted:
+                    if new:
+                        yield stream.output(new)
+                    await stream.resumed.wait()
+                    continue
+                finished = True
+                yield stream.output(new, True, reason)
+        finally:
+            self._streams.pop(stream.request_id, None)
+
+    async def _issue(self, stream: _Stream) -> AsyncIterator[tuple[int, str | None]]:
+        """Issue the stream once more as a vLLM request continuing its output; yields (tokens
+        added to the stream, finish reason or None) per vLLM output."""
+        await self._serving.wait()
+        stream.reissue = False
+        stream.resumed.clear()
+        stream.issues += 1
+        stream.vllm_id = vllm_id = f"{stream.request_id}.{stream.issues}"
+        produced = 0  # output tokens of this vLLM request
+        prompt = TokensPrompt(prompt_token_ids=stream.prompt_ids + stream.output_ids)
+        params = vllm_params(stream.sampling, len(stream.output_ids))
+        async with aclosing(self.llm.generate(prompt, params, vllm_id, priority=int(stream.priority))) as outputs:
+            async for out in outputs:
+                completion = out.outputs[0]
+                tokens = list(completion.token_ids)
+                versions = self._versions(vllm_id, completion.weight_versions, produced, len(tokens))
+                for i, token in enumerate(tokens):
+                    stream.output_ids.append(token)
+                    stream.logprobs.append(completion.logprobs[i][token].logprob)
+                    stream.weight_versions.append(versions[i])
+                produced += len(tokens)
+                yield len(tokens), completion.finish_reason if out.finished else None
+
+    def _versions(self, vllm_id: str, spans, start: int, count: int) -> list[int]:
+        """The weight version of output tokens [start, start + count) of a vLLM request: from the
+        spans vLLM's engine core stamped per step (on the final output, or in the request's
+        state before it; a span's start never changes once recorded, so reading them after the
+        tokens were produced is exact)."""
+        if spans is not None:
+            bounds = [(s.start, s.end, s.version) for s in spans]
+        else:
+            state = self.llm.output_processor.request_states.get(vllm_id)
+            starts = state.weight_version_starts if state is not None else []
+            ends = [s for _, s in starts[1:]] + [start + count]
+            bounds = [(s, e, v) for (v, s), e in zip(starts, ends, strict=False)]
+        versions = []
+        for position in range(start, start + count):
+            label = next((v for s, e, v in bounds if s <= position < e), None)
+            versions.append(self._version if label in (None, "default") else int(label))
+        return versions
+
+    async def abort(self, request_id: str) -> RequestOutput | None:
+        stream = self._streams.get(request_id)
+        if stream is None:
+            return None
+        stream.caller_aborted = True
+        stream.resumed.set()
+        if stream.vllm_id is not None:
+            await self.llm.abort(stream.vllm_id)
+        log.info("request %s aborted from outside its stream", request_id)
+        return stream.output(0, True, "abort")
+
+    # ---- trajectories -------------------------------------------------------------------------
+
+    def set_priority(self, trajectory_id: str, priority: Priority) -> None:
+        """vLLM fixes a request's priority when it is added: the trajectory's live requests are
+        aborted and issued again at the new priority as continuations (their full KV blocks
+        stay in the prefix cache, so only the last partial block is recomputed)."""
+        self._trajectories[trajectory_id] = priority
+        issued = []
+        for stream in self._streams.values():
+            if stream.trajectory_id != trajectory_id or stream.priority == priority:
+                continue
+            stream.priority = priority  # a stream not yet issued is issued at it
+            if stream.vllm_id is not None:
+                stream.reissue = True
+                stream.resumed.set()
+                issued.append(stream.vllm_id)
+        if issued:
+            asyncio.get_running_loop().create_task(self.llm.abort(issued))
+
+    async def start_trajectory(self, trajectory_id: str, priority: Priority) -> None:
+        self._trajectories[trajectory_id] = priority
+
+    async def release_trajectory(self, trajectory_id: str) -> bool:
+        return self._trajectories.pop(trajectory_id, None) is not None
+
+    async def demoted_trajectories(self) -> frozenset[str]:
+        return frozenset()  # vLLM has no demotion
+
+    # ---- load and stats -----------------------------------------------------------------------
+
+    def _high_pressure(self) -> float:
+        """HIGH/PROMOTED KV demand (their contexts so far) over the KV capacity."""
+        demand = sum(len(s.prompt_ids) + len(s.output_ids) for s in self._streams.values()
+                     if s.priority <= Priority.HIGH)
+        return demand / max(self.kv_capacity_tokens, 1)
+
+    async def load(self) -> EngineLoad:
+        return EngineLoad(self._high_pressure(), self.kv_capacity_tokens, frozenset())
+
+    async def stats(self) -> EngineStats:
+        return self._stats.engine_stats(self.kv_capacity_tokens, self._high_pressure(), len(self._trajectories),
+                                        self._version)
+
+    async def export_prefix(self, token_ids: list[int]) -> PrefixKV:
+        """No KV leaves a vLLM engine here: vLLM exposes its KV only through KV connectors
+        (LMCache, NIXL, Mooncake, offloading), which act inside its scheduler per request, not
+        on a call like this one. None is tried on the CPU build yet; the candidates are its
+        reference ExampleConnector (KV through a shared directory, plain torch) and NIXL (the
+        CPU platform selects a KV layout for it; it needs the nixl package). The target engine
+        recomputes the prefix (its prefix cache serves what it already has)."""
+        return PrefixKV(0, self._empty_kv())
+
+    async def import_prefix(self, token_ids: list[int], kv: HostKV, trajectory_id: str | None = None) -> int:
+        return 0  # see export_prefix
+
+    def _empty_kv(self) -> HostKV:
+        hf = self.llm.model_config.hf_config
+        head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+        shape = (hf.num_hidden_layers, 0, hf.num_key_value_heads, head_dim)
+        return HostKV(torch.empty(shape), torch.empty(shape))
+
+    # ---- weights, health, shutdown ------------------------------------------------------------
+
+    async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        """Applied now: generation pauses with in-flight requests aborted and the prefix cache
+        cleared, the weights load in place in each worker, generation resumes, and each aborted
+        request is issued again as a continuation under the new weights."""
+        if version <= self._version:
+            raise ValueError(f"weight version {version} is not newer than {self._version}")
+        tied = getattr(self.llm.model_config.hf_config, "tie_word_embeddings", False)
+        tensors = {n: t.detach().cpu().contiguous() for n, t in state_dict.items() if not (tied and n == "lm_head.weight")}
+        async with self._update_lock:
+            with tempfile.TemporaryDirectory(dir=_SHM if os.path.isdir(_SHM) else None) as tmp:
+                path = os.path.join(tmp, "weights.safetensors")
+                await asyncio.to_thread(save_file, tensors, path)
+                self._serving.clear()  # no vLLM request is added until the new weights serve
+                live = [s for s in self._streams.values() if s.vllm_id is not None]
+                for stream in live:
+                    stream.reissue = True
+                await self.llm.pause_generation(mode="abort", clear_cache=True)
+                await self.llm.collective_rpc("venusrl_load_weights", args=(path,))
+            await self.llm.update_weight_version(str(version))
+            self._version = version
+            await self.llm.resume_generation()
+            self._serving.set()
+            for stream in live:
+                stream.resumed.set()
+        log.info("weights updated to version %d (%d tensors, %d requests re-issued)", version, len(tensors), len(live))
+
+    async def health(self) -> EngineHealth:
+        try:
+            await self.llm.check_health()
+        except Exception as err:  # vLLM raises EngineDeadError once its core process is gone
+            return EngineHealth(False, self._version, 0, str(err))
+        return EngineHealth(True, self._version, 0)
+
+    async def shutdown(self) -> None:
+        self.llm.shutdown()

@@ -1,0 +1,65 @@
+"""vLLM's per-step scheduler and iteration stats, folded into our `EngineStats`. vLLM hands
+them to stat loggers in the frontend process (`AsyncLLM(stat_loggers=...)`); this one keeps
+running totals and the latest snapshot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from vllm.config import VllmConfig
+from vllm.v1.metrics.loggers import StatLoggerBase
+from vllm.v1.metrics.stats import IterationStats, SchedulerStats
+
+from venusrl.engine.stats import EngineStats
+
+
+@dataclass(slots=True)
+class _Totals:
+    prompt_tokens: int = 0  # prefix-cache queries: prompt tokens of every scheduled (re)admission
+    cached_tokens: int = 0  # of those, served by the prefix cache
+    preemptions: int = 0
+    running: int = 0
+    waiting: int = 0
+    kv_usage: float = 0.0  # fraction of KV blocks in use
+
+
+class StatsCollector:
+    def __init__(self) -> None:
+        self.totals = _Totals()
+
+    def factory(self, vllm_config: VllmConfig, engine_index: int = 0) -> StatLoggerBase:
+        return _Logger(self.totals)
+
+    def engine_stats(self, kv_capacity_tokens: int, high_pressure: float, live_trajectories: int,
+                     weight_version: int) -> EngineStats:
+        t = self.totals
+        used = round(t.kv_usage * kv_capacity_tokens)
+        return EngineStats(
+            prompt_tokens=t.prompt_tokens, cached_tokens=t.cached_tokens,
+            hit_rate=t.cached_tokens / t.prompt_tokens if t.prompt_tokens else 0.0,
+            hit_rate_by_priority={},  # vLLM counts cache hits per step, not per request priority
+            recomputed_tokens=0, retractions=t.preemptions, preemptions=t.preemptions, demotions=0, promotions=0,
+            evicted_tokens={}, kv_tokens={"used": used, "free": kv_capacity_tokens - used},
+            kv_capacity_tokens=kv_capacity_tokens, high_pressure=high_pressure, live_trajectories=live_trajectories,
+            running=t.running, waiting=t.waiting, weight_version=weight_version,
+        )
+
+
+class _Logger(StatLoggerBase):
+    def __init__(self, totals: _Totals) -> None:
+        self.totals = totals
+
+    def record(self, scheduler_stats: SchedulerStats | None, iteration_stats: IterationStats | None,
+               mm_cache_stats=None, engine_idx: int = 0) -> None:
+        t = self.totals
+        if scheduler_stats is not None:
+            t.running = scheduler_stats.num_running_reqs
+            t.waiting = scheduler_stats.num_waiting_reqs + scheduler_stats.num_skipped_waiting_reqs
+            t.kv_usage = scheduler_stats.kv_cache_usage
+            t.prompt_tokens += scheduler_stats.prefix_cache_stats.queries
+            t.cached_tokens += scheduler_stats.prefix_cache_stats.hits
+        if iteration_stats is not None:
+            t.preemptions += iteration_stats.num_preempted_reqs
+
+    def log_engine_initialized(self) -> None:
+        pass
