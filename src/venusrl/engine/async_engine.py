@@ -25,7 +25,14 @@ from typing import Any, TypeVar
 
 import torch
 
-from venusrl.engine.client import EngineHealth, EngineLoad, PrefixKV
+from venusrl.engine.client import (
+    EngineClient,
+    EngineHealth,
+    EngineInfo,
+    EngineLoad,
+    PrefixKV,
+    copy_prefix,
+)
 from venusrl.engine.engine import Engine, RequestOutput
 from venusrl.engine.kv_pool import HostKV
 from venusrl.engine.stats import EngineStats
@@ -77,6 +84,22 @@ class AsyncEngine:
     @property
     def alive(self) -> bool:
         return self._error is None and self._thread.is_alive()
+
+    @property
+    def demotions(self) -> int:
+        """Demotions so far (an int read, safe from any thread): 0 means none ever, so none
+        is paused now."""
+        return self.engine.scheduler.counters.demotions
+
+    @property
+    def kv_address(self) -> None:
+        return None  # in the caller's process: KV moves by export and import
+
+    def info(self) -> EngineInfo:
+        engine = self.engine
+        args = engine.runner.model.args
+        return EngineInfo(args.vocab_size, args.max_position_embeddings, engine.config.kv_capacity_tokens,
+                          engine.config.page_size, tuple(engine.eos_token_ids))
 
     @property
     def error(self) -> BaseException | None:
@@ -169,7 +192,7 @@ class AsyncEngine:
         return await self.acall(lambda engine: engine.release_trajectory(trajectory_id))
 
     async def demoted_trajectories(self) -> frozenset[str]:
-        if not self.engine.scheduler.counters.demotions:  # an int read: none ever, none paused
+        if not self.demotions:
             return frozenset()
         demoted = await self.acall(lambda engine: engine.scheduler.demoted_trajectories())
         return frozenset(str(key) for key in demoted)
@@ -191,6 +214,9 @@ class AsyncEngine:
 
     async def import_prefix(self, token_ids: list[int], kv: HostKV, trajectory_id: str | None = None) -> int:
         return await self.acall(lambda engine: engine.import_prefix(list(token_ids), kv, trajectory_id))
+
+    async def send_prefix(self, token_ids: list[int], target: EngineClient, trajectory_id: str | None = None) -> int:
+        return await copy_prefix(self, target, token_ids, trajectory_id)
 
     async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         await self.acall(lambda engine: engine.update_weights(state_dict, version))
