@@ -246,21 +246,20 @@ class RolloutWorker:
         trajectory = self.coordinator.trajectory(trajectory_id)
         if trajectory is None:
             return  # finished or discarded meanwhile
-        token_ids = list(trajectory.token_ids)
         key = str(trajectory_id)
-        prefix = await self.engines[source].export_prefix(token_ids)
-        if trajectory_id not in self.slots[source].waiting or self._engine_of.get(trajectory_id) != source:
-            return  # granted (or gone) while the KV was copied: it stays where it is
         await self.engines[target].start_trajectory(key, self._priority(trajectory_id))  # live before its KV lands
-        if prefix.tokens:
-            await self.engines[target].import_prefix(token_ids[: prefix.tokens], prefix.kv, key)
+        # engine processes send the KV to each other (host to host), in-process engines copy it
+        moved = await self.engines[source].send_prefix(list(trajectory.token_ids), self.engines[target], key)
+        if trajectory_id not in self.slots[source].waiting or self._engine_of.get(trajectory_id) != source:
+            await self.engines[target].release_trajectory(key)
+            return  # granted (or gone) while the KV was copied: it stays where it is
         await self.engines[source].release_trajectory(key)
         self.slots[source].release(trajectory_id, finished=True)
         self._engine_of[trajectory_id] = target
         self._grants.setdefault(trajectory_id, asyncio.Event()).set()  # re-request on the target
         self.migrations += 1
         log.info("trajectory %d moved from engine %d to %d with %d prefix tokens", trajectory_id, source, target,
-                 prefix.tokens)
+                 moved)
 
     # ---- one trajectory --------------------------------------------------------------------
 
