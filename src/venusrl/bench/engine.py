@@ -88,12 +88,25 @@ def remote_throughput(model_dir: Path, case: ThroughputCase, repeats: int) -> di
     (`RemoteEngine`) over the same with the engine in this process (`AsyncEngine`): same
     model, engine config, torch threads and prompts. Repeats interleave the two, alternating
     which goes first, each repeat on fresh prompts (so both meet the same cache state); the
-    ratio is the median of the per-repeat paired ratios."""
+    ratio is the median of the per-repeat paired ratios.
+
+    Both run on one torch thread (one core per engine, as `bench rollout` runs them): with
+    a thread pool each, the side that just ran keeps its pool's threads spinning into the
+    other side's turn, and on a 2-core machine whichever goes second loses about half."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _remote_throughput(model_dir, case, repeats)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _remote_throughput(model_dir: Path, case: ThroughputCase, repeats: int) -> dict[str, object]:
     config = EngineConfig(kv_capacity_tokens=case.batch * (case.prompt_len + case.new_tokens) * (repeats + 2),
                           max_running_requests=case.batch, max_prefill_tokens=case.batch * case.prompt_len)
     params = SamplingParams(max_new_tokens=case.new_tokens, temperature=0, stop_token_ids=(-1,))
     local = AsyncEngine(Engine(load_model(model_dir), config))
-    [remote] = spawn_engines([EngineSpec(model_dir=str(model_dir), engine=config, torch_threads=torch.get_num_threads())])
+    [remote] = spawn_engines([EngineSpec(model_dir=str(model_dir), engine=config, torch_threads=1)])
     clients = {"in_process": local, "remote": remote}
     g = torch.Generator().manual_seed(1)
 
@@ -115,7 +128,7 @@ def remote_throughput(model_dir: Path, case: ThroughputCase, repeats: int) -> di
                 "remote_ratio_max": max(ratios), "remote_ratio_per_repeat": ratios,
                 "remote_tokens_per_s": tokens / statistics.median(times["remote"]),
                 "in_process_tokens_per_s": tokens / statistics.median(times["in_process"]),
-                "remote_greedy_match": all(agree), "remote_case": {**asdict(case), "repeats": repeats}}
+                "remote_greedy_match": all(agree), "remote_case": {**asdict(case), "repeats": repeats, "torch_threads": 1}}
 
     async def run_and_close() -> dict[str, object]:
         try:
