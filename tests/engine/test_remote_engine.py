@@ -103,6 +103,25 @@ def test_a_prefix_moves_process_to_process_over_tcp_with_nothing_recomputed(two_
     assert after.recomputed_tokens == before.recomputed_tokens == 0
 
 
+def test_outputs_ready_together_reach_a_busy_consumer_as_one_chunk(two_engines):
+    remote = two_engines[0]
+    long = SamplingParams(max_new_tokens=20, temperature=0, stop_token_ids=(-1,))
+
+    async def scenario():
+        stream = remote.generate(list(range(5, 25)), long, Priority.HIGH, None)
+        first = await anext(stream)
+        # meanwhile another request of the same length runs to its end: it started later, so
+        # every output of the first stream has arrived by then, unread
+        other = await _generate(remote, list(range(30, 50)), None, long)
+        rest = [output async for output in stream]
+        return first, rest, other
+
+    first, rest, other = asyncio.run(scenario())
+    assert len(first.new_token_ids) >= 1 and other[-1].finished
+    assert len(rest) == 1 and rest[0].finished, "everything that was ready is one output"
+    assert first.new_token_ids + rest[0].new_token_ids == rest[0].output_ids and len(rest[0].output_ids) == 20
+
+
 def test_export_import_and_weights_cross_the_wire_as_raw_tensors(two_engines, tiny_model_dir):
     source, target = two_engines
     prompt = list(range(50, 82))
@@ -187,4 +206,18 @@ def test_a_remote_client_without_its_process_sees_a_dead_address_as_stopped(two_
         return await closed.health()
 
     assert not asyncio.run(scenario()).alive
+
+
+def test_no_demotion_ever_needs_no_round_trip(two_engines):
+    unreachable = RemoteEngine(("127.0.0.1", 1), two_engines[0].info())
+    assert asyncio.run(unreachable.demoted_trajectories()) == frozenset()
+
+
+def test_bench_remote_throughput_pairs_the_placements_on_the_same_outputs(tiny_model_dir):
+    from venusrl.bench.engine import ThroughputCase, remote_throughput
+
+    result = remote_throughput(tiny_model_dir, ThroughputCase(batch=2, prompt_len=8, new_tokens=4), repeats=2)
+    assert result["remote_greedy_match"] is True
+    assert len(result["remote_ratio_per_repeat"]) == 2
+    assert result["remote_ratio_min"] <= result["remote_ratio"] <= result["remote_ratio_max"]
 

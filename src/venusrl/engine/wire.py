@@ -59,7 +59,7 @@ def encode(header: Mapping[str, Any], tensors: Mapping[str, torch.Tensor] | None
     specs, chunks, size = [], [], 0
     for name, tensor in (tensors or {}).items():
         flat = tensor.detach().to("cpu").contiguous()
-        data = memoryview(flat.view(torch.uint8).numpy()).cast("B") if flat.numel() else memoryview(b"")
+        data = memoryview(flat.reshape(-1).view(torch.uint8).numpy()).cast("B") if flat.numel() else memoryview(b"")
         pad = -size % ALIGN
         if pad:
             chunks.append(bytes(pad))
