@@ -75,6 +75,9 @@ class AsyncEngine:
         self._commands: queue.Queue[tuple[Callable[[], Any], Future]] = queue.Queue()
         self._streams: dict[str, _Stream] = {}
         self._held: list[str] = []  # suspects of repeated crashes, not yet re-issued
+        # items for stream queues, by consumer loop, handed over once per iteration (`_flush`):
+        # one cross-thread hop per loop per step, not one per request and token
+        self._outbox: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, Any]]] = {}
         self._probe: str | None = None  # the suspect re-issued last, until it has run one step
         self._stopping = threading.Event()
         self._error: BaseException | None = None
@@ -246,7 +249,7 @@ class AsyncEngine:
         stream = self._streams[request_id]
         if stream.delivered is None:
             del self._streams[request_id]
-            stream.loop.call_soon_threadsafe(stream.queue.put_nowait, RequestFailed(f"request {request_id} aborted"))
+            self._post(stream, RequestFailed(f"request {request_id} aborted"))
             return None
         return self._deliver(replace(stream.delivered, new_token_ids=[], new_logprobs=[], finished=True,
                                      finish_reason="abort"))
@@ -266,6 +269,7 @@ class AsyncEngine:
                         idle = False
                     if self._run_commands(block=not self.engine.has_work or idle):
                         idle = False
+                    self._flush()  # what the calls delivered (an abort's output) goes before the step
                     self.engine.release_idle_trajectories()
                     if self.engine.has_work and not idle:
                         for output in self.engine.step():
@@ -280,6 +284,7 @@ class AsyncEngine:
                     log.exception("engine crashed (%d in a row); rebuilding it", crashes)
                     self._restart(crashes)
                     idle = False
+                self._flush()
                 with self._progress:
                     self.iterations += 1
                     self._progress.notify_all()
@@ -306,7 +311,7 @@ class AsyncEngine:
             if request_id == failed:
                 del self._streams[request_id]
                 log.warning("request %s failed alone: the engine crashed with it in the batch", request_id)
-                stream.loop.call_soon_threadsafe(stream.queue.put_nowait, RequestFailed(
+                self._post(stream, RequestFailed(
                     f"request {request_id} failed: the engine crashed on it (it was re-issued alone)"))
             elif request_id not in self._held:
                 self._reissue(request_id, stream)
@@ -337,7 +342,7 @@ class AsyncEngine:
                                     request_id=request_id)
         except ValueError as err:  # the longer prompt no longer fits: this request fails alone
             del self._streams[request_id]
-            stream.loop.call_soon_threadsafe(stream.queue.put_nowait, RequestFailed(str(err)))
+            self._post(stream, RequestFailed(str(err)))
             return
         stream.prefix = done
 
@@ -369,13 +374,25 @@ class AsyncEngine:
         stream.delivered = output
         if output.finished:
             del self._streams[output.request_id]
-        stream.loop.call_soon_threadsafe(stream.queue.put_nowait, output)
+        self._post(stream, output)
         return output
+
+    def _post(self, stream: _Stream, item: Any) -> None:
+        self._outbox.setdefault(stream.loop, []).append((stream.queue, item))
+
+    def _flush(self) -> None:
+        outbox, self._outbox = self._outbox, {}
+        for loop, items in outbox.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:  # the consumers' loop is closed: nobody is left to read
+                log.debug("%d stream items dropped: their event loop is closed", len(items))
 
     def _fail_everything(self, error: BaseException) -> None:
         for stream in self._streams.values():
-            stream.loop.call_soon_threadsafe(stream.queue.put_nowait, error)
+            self._post(stream, error)
         self._streams.clear()
+        self._flush()
         while True:
             try:
                 _, future = self._commands.get_nowait()
@@ -383,6 +400,11 @@ class AsyncEngine:
                 return
             if future.set_running_or_notify_cancel():
                 future.set_exception(EngineStopped(str(error)))
+
+
+def _put_all(items: list[tuple[asyncio.Queue, Any]]) -> None:
+    for queue_, item in items:
+        queue_.put_nowait(item)
 
 
 def _stitched(prefix: RequestOutput, output: RequestOutput) -> RequestOutput:
