@@ -13,13 +13,19 @@ ray = pytest.importorskip("ray")
 
 from tests.runtime.test_ray_runtime import actor_placement, make_config  # noqa: E402
 
+from venusrl.config import ConfigError, validate_config  # noqa: E402
 from venusrl.engine.async_engine import AsyncEngine  # noqa: E402
 from venusrl.engine.config import EngineConfig  # noqa: E402
 from venusrl.engine.engine import Engine  # noqa: E402
 from venusrl.engine.process import EngineSpec  # noqa: E402
 from venusrl.engine.remote import RemoteEngine  # noqa: E402
 from venusrl.model.checkpoint import load_model  # noqa: E402
-from venusrl.runtime.ray_runtime import open_engine_actors, start_engine_actors, train  # noqa: E402
+from venusrl.runtime.ray_runtime import (  # noqa: E402
+    engine_actor_gpus,
+    open_engine_actors,
+    start_engine_actors,
+    train,
+)
 from venusrl.types import Priority, SamplingParams  # noqa: E402
 
 CONFIG = EngineConfig(kv_capacity_tokens=512, page_size=4)
@@ -83,3 +89,23 @@ def test_a_run_with_engines_in_their_own_actors_trains(ray_on_loopback, tiny_mod
     engine_pids = {e["pid"] for e in where["engines"]}
     assert len(engine_pids) == 2
     assert not engine_pids & {os.getpid(), where["rollout"]["pid"], where["trainer"]["pid"]}
+
+
+def _gpu_config(device: str, engines: int, world_size: int = 1):
+    return validate_config({"model": {"path": "/models/any", "device": device}, "trainer": {"world_size": world_size},
+                            "engine": {"placement": "process"}, "scheduler": {"engines": engines}})
+
+
+@pytest.mark.parametrize(("device", "engines", "world_size", "cluster_gpus", "expected"), [
+    ("cpu", 4, 1, 0, 0),
+    ("cuda", 1, 1, 1, 0.5),  # one GPU shared with a one-rank trainer
+    ("cuda", 2, 1, 3, 1),
+    ("cuda", 4, 2, 6, 1),
+])
+def test_each_engine_actor_gets_a_gpu_where_there_are_enough(device, engines, world_size, cluster_gpus, expected):
+    assert engine_actor_gpus(_gpu_config(device, engines, world_size), cluster_gpus) == expected
+
+
+def test_too_few_gpus_for_the_engine_actors_is_a_config_error():
+    with pytest.raises(ConfigError, match=r"scheduler.engines=3 .* needs 3 GPUs .* has 2"):
+        engine_actor_gpus(_gpu_config("cuda", 3), 2)

@@ -102,10 +102,11 @@ async def _train(config: Config, run_dir: Path, progress: bool, train_prompts: l
     model_dir = checkpoint.model_dir if checkpoint else Path(config.model.path)
     version = checkpoint.state.weight_version if checkpoint else 0
     skip = checkpoint.snapshot.prompts_consumed if checkpoint else 0
-    rollout_gpus, trainer_gpus = actor_gpus(config, ray.cluster_resources().get("GPU", 0))
+    cluster_gpus = ray.cluster_resources().get("GPU", 0)
+    rollout_gpus, trainer_gpus = actor_gpus(config, cluster_gpus)
     engine_actors, handshakes = [], None
     if config.engine.placement == "process":
-        engine_actors = start_engine_actors(config.scheduler.engines, 1 if rollout_gpus else 0)
+        engine_actors = start_engine_actors(config.scheduler.engines, engine_actor_gpus(config, cluster_gpus))
         rollout_gpus = 0  # the engines hold the rollout side's GPUs
     rollout_actor = ray.remote(RolloutActor).options(num_gpus=rollout_gpus, max_concurrency=ROLLOUT_CONCURRENCY).remote()
     trainer_actor = ray.remote(TrainerActor).options(num_gpus=trainer_gpus).remote()
@@ -180,3 +181,18 @@ def actor_gpus(config: Config, cluster_gpus: float) -> tuple[float, float]:
         raise ConfigError(f"trainer.world_size={ranks} needs {ranks + 1} GPUs in the Ray cluster (one per rank and one "
                           f"for rollout), it has {cluster_gpus:g}")
     return 0.5, 0.5
+
+
+def engine_actor_gpus(config: Config, cluster_gpus: float) -> float:
+    """GPUs of each engine actor (`engine.placement: process`): one where the cluster has one
+    per engine besides the trainer's; half of the one GPU a one-engine run shares with a
+    single-rank trainer (as the rollout actor does)."""
+    rollout_gpus, trainer_gpus = actor_gpus(config, cluster_gpus)
+    if not rollout_gpus:
+        return 0
+    engines = config.scheduler.engines
+    each = 1 if cluster_gpus >= engines + trainer_gpus else rollout_gpus
+    if engines * each + trainer_gpus > cluster_gpus:
+        raise ConfigError(f"scheduler.engines={engines} with engine.placement=process needs {engines} GPUs for the "
+                          f"engines and {trainer_gpus:g} for the trainer; the Ray cluster has {cluster_gpus:g}")
+    return each
