@@ -208,6 +208,32 @@ def test_a_remote_client_without_its_process_sees_a_dead_address_as_stopped(two_
     assert not asyncio.run(scenario()).alive
 
 
+def test_the_http_server_fronts_a_remote_engine(two_engines, tiny_model_dir, tiny_tokenizer):
+    from fastapi.testclient import TestClient
+
+    from venusrl.engine.server import create_app
+
+    prompt = [1, 2, 3, 4, 5, 6, 7, 8]
+    with TestClient(create_app(two_engines[0], tiny_tokenizer, "tiny")) as client:
+        health = client.get("/health")
+        completion = client.post("/v1/completions", json={"model": "tiny", "prompt": prompt, "max_tokens": 5,
+                                                           "temperature": 0})
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert completion.status_code == 200, completion.text
+    assert completion.json()["usage"]["prompt_tokens"] == len(prompt)
+
+
+def test_a_bad_spec_or_model_is_a_clear_error_before_the_handshake(tmp_path):
+    import subprocess
+    import sys
+
+    bad = subprocess.run([sys.executable, "-m", "venusrl.engine.process", "--spec", '{"engine": {"page_size": 0}}'],
+                         capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and "model_dir" in bad.stderr and "page_size" in bad.stderr
+    with pytest.raises(RuntimeError, match=r"engine 0 \(pid \d+\) exited with code 1 before it was ready"):
+        spawn_engines([EngineSpec(model_dir=str(tmp_path / "nothing-here"))])
+
+
 def test_no_demotion_ever_needs_no_round_trip(two_engines):
     unreachable = RemoteEngine(("127.0.0.1", 1), two_engines[0].info())
     assert asyncio.run(unreachable.demoted_trajectories()) == frozenset()
