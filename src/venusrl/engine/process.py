@@ -200,9 +200,13 @@ class _Connection:
         if call_id is not None and (not isinstance(call_id, int) or isinstance(call_id, bool)):
             self._reject(None, WireError(f"message id must be an integer, got {str(call_id)[:40]}"))
             return
-        if op == "generate" and call_id is not None:
+        if op in ("generate", "cancel") and call_id is None:
+            self._reject(None, WireError(f"{op} needs the integer id of its stream"))
+        elif op == "generate" and call_id in self.streams:
+            self._reject(None, WireError(f"stream id {call_id} is already streaming on this connection"))
+        elif op == "generate":
             self._spawn(self._stream(call_id, header), call_id)
-        elif op == "cancel" and call_id is not None:
+        elif op == "cancel":
             task = self.streams.get(call_id)
             if task is not None:
                 task.cancel()
