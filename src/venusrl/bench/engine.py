@@ -13,6 +13,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import psutil
 import torch
 from rich.progress import Progress
 
@@ -88,7 +89,8 @@ def remote_throughput(model_dir: Path, case: ThroughputCase, repeats: int) -> di
     (`RemoteEngine`) over the same with the engine in this process (`AsyncEngine`): same
     model, engine config, torch threads and prompts. Repeats interleave the two, alternating
     which goes first, each repeat on fresh prompts (so both meet the same cache state); the
-    ratio is the median of the per-repeat paired ratios.
+    ratio is the median of the per-repeat paired ratios; `remote_cpu_ratio` is the same over
+    the CPU seconds each side used.
 
     Both run on one torch thread (one core per engine, as `bench rollout` runs them): with
     a thread pool each, the side that just ran keeps its pool's threads spinning into the
@@ -109,23 +111,36 @@ def _remote_throughput(model_dir: Path, case: ThroughputCase, repeats: int) -> d
     [remote] = spawn_engines([EngineSpec(model_dir=str(model_dir), engine=config, torch_threads=1)])
     clients = {"in_process": local, "remote": remote}
     g = torch.Generator().manual_seed(1)
+    # CPU seconds each side spends (both processes for the remote one): less swayed by the
+    # other tenants of a shared machine than wall time
+    here, child = psutil.Process(), psutil.Process(remote.process.pid)
+
+    def cpu_s(name: str) -> float:
+        own = sum(here.cpu_times()[:2])
+        return own + sum(child.cpu_times()[:2]) if name == "remote" else own
 
     async def measure() -> dict[str, object]:
         times: dict[str, list[float]] = {name: [] for name in clients}
+        cpu: dict[str, list[float]] = {name: [] for name in clients}
         agree = []
         for repeat in range(repeats + 1):  # the first round warms both up, untimed
             prompts = torch.randint(0, 256, (case.batch, case.prompt_len), generator=g).tolist()
             order = list(clients) if repeat % 2 else list(reversed(clients))
             outputs = {}
             for name in order:
+                cpu_before = cpu_s(name)
                 seconds, outputs[name] = await _timed_batch(clients[name], prompts, params)
                 if repeat:
                     times[name].append(seconds)
+                    cpu[name].append(cpu_s(name) - cpu_before)
             agree.append(outputs["remote"] == outputs["in_process"])
         tokens = case.batch * case.new_tokens
         ratios = [local_s / remote_s for local_s, remote_s in zip(times["in_process"], times["remote"], strict=True)]
+        cpu_ratios = [local_s / remote_s for local_s, remote_s in zip(cpu["in_process"], cpu["remote"], strict=True)]
         return {"remote_ratio": statistics.median(ratios), "remote_ratio_min": min(ratios),
                 "remote_ratio_max": max(ratios), "remote_ratio_per_repeat": ratios,
+                "remote_cpu_ratio": statistics.median(cpu_ratios), "remote_cpu_ratio_min": min(cpu_ratios),
+                "remote_cpu_ratio_max": max(cpu_ratios),
                 "remote_tokens_per_s": tokens / statistics.median(times["remote"]),
                 "in_process_tokens_per_s": tokens / statistics.median(times["in_process"]),
                 "remote_greedy_match": all(agree), "remote_case": {**asdict(case), "repeats": repeats, "torch_threads": 1}}
