@@ -1,21 +1,29 @@
-"""`venusrl bench engine`: throughput against transformers, greedy agreement, and the KV
-hit rate of a multi-turn agentic workload under a tight KV budget for each cache policy."""
+"""`venusrl bench engine`: throughput against transformers, greedy agreement, the cost of
+the engine in its own process (`remote_ratio`), and the KV hit rate of a multi-turn agentic
+workload under a tight KV budget for each cache policy."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
+import statistics
 import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import psutil
 import torch
 from rich.progress import Progress
 
 from venusrl.bench.report import emit
+from venusrl.engine.async_engine import AsyncEngine
+from venusrl.engine.client import EngineClient
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
+from venusrl.engine.process import EngineSpec
+from venusrl.engine.remote import spawn_engines
 from venusrl.model.checkpoint import load_model
 from venusrl.model.tiny import make_tiny_model
 from venusrl.types import Priority, SamplingParams
@@ -59,6 +67,92 @@ def throughput(model_dir: Path, case: ThroughputCase, repeats: int) -> dict[str,
     ours_tps, hf_tps = generated / min(our_times), generated / min(hf_times)
     return {"ours_tokens_per_s": ours_tps, "hf_tokens_per_s": hf_tps, "hf_ratio": ours_tps / hf_tps,
             "greedy_match": matches / case.batch}
+
+
+async def _timed_batch(client: EngineClient, prompts: list[list[int]], params: SamplingParams) -> tuple[float, list]:
+    """Seconds to generate every prompt at once through `client` (streamed, as a rollout
+    worker reads it), and the outputs."""
+
+    async def one(prompt: list[int]) -> list[int]:
+        final = None
+        async for output in client.generate(prompt, params):
+            final = output
+        return final.output_ids
+
+    start = time.perf_counter()
+    outputs = await asyncio.gather(*(one(p) for p in prompts))
+    return time.perf_counter() - start, outputs
+
+
+def remote_throughput(model_dir: Path, case: ThroughputCase, repeats: int) -> dict[str, object]:
+    """Generated tokens/s through an `EngineClient` with the engine in its own process
+    (`RemoteEngine`) over the same with the engine in this process (`AsyncEngine`): same
+    model, engine config, torch threads and prompts. Repeats interleave the two, alternating
+    which goes first, each repeat on fresh prompts (so both meet the same cache state); the
+    ratio is the median of the per-repeat paired ratios; `remote_cpu_ratio` is the same over
+    the CPU seconds each side used.
+
+    Both run on one torch thread (one core per engine, as `bench rollout` runs them): with
+    a thread pool each, the side that just ran keeps its pool's threads spinning into the
+    other side's turn, and on a 2-core machine whichever goes second loses about half."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _remote_throughput(model_dir, case, repeats)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _remote_throughput(model_dir: Path, case: ThroughputCase, repeats: int) -> dict[str, object]:
+    config = EngineConfig(kv_capacity_tokens=case.batch * (case.prompt_len + case.new_tokens) * (repeats + 2),
+                          max_running_requests=case.batch, max_prefill_tokens=case.batch * case.prompt_len)
+    params = SamplingParams(max_new_tokens=case.new_tokens, temperature=0, stop_token_ids=(-1,))
+    local = AsyncEngine(Engine(load_model(model_dir), config))
+    [remote] = spawn_engines([EngineSpec(model_dir=str(model_dir), engine=config, torch_threads=1)])
+    clients = {"in_process": local, "remote": remote}
+    g = torch.Generator().manual_seed(1)
+    # CPU seconds each side spends (both processes for the remote one): less swayed by the
+    # other tenants of a shared machine than wall time
+    here, child = psutil.Process(), psutil.Process(remote.process.pid)
+
+    def cpu_s(name: str) -> float:
+        own = sum(here.cpu_times()[:2])
+        return own + sum(child.cpu_times()[:2]) if name == "remote" else own
+
+    async def measure() -> dict[str, object]:
+        times: dict[str, list[float]] = {name: [] for name in clients}
+        cpu: dict[str, list[float]] = {name: [] for name in clients}
+        agree = []
+        for repeat in range(repeats + 1):  # the first round warms both up, untimed
+            prompts = torch.randint(0, 256, (case.batch, case.prompt_len), generator=g).tolist()
+            order = list(clients) if repeat % 2 else list(reversed(clients))
+            outputs = {}
+            for name in order:
+                cpu_before = cpu_s(name)
+                seconds, outputs[name] = await _timed_batch(clients[name], prompts, params)
+                if repeat:
+                    times[name].append(seconds)
+                    cpu[name].append(cpu_s(name) - cpu_before)
+            agree.append(outputs["remote"] == outputs["in_process"])
+        tokens = case.batch * case.new_tokens
+        ratios = [local_s / remote_s for local_s, remote_s in zip(times["in_process"], times["remote"], strict=True)]
+        cpu_ratios = [local_s / remote_s for local_s, remote_s in zip(cpu["in_process"], cpu["remote"], strict=True)]
+        return {"remote_ratio": statistics.median(ratios), "remote_ratio_min": min(ratios),
+                "remote_ratio_max": max(ratios), "remote_ratio_per_repeat": ratios,
+                "remote_cpu_ratio": statistics.median(cpu_ratios), "remote_cpu_ratio_min": min(cpu_ratios),
+                "remote_cpu_ratio_max": max(cpu_ratios),
+                "remote_tokens_per_s": tokens / statistics.median(times["remote"]),
+                "in_process_tokens_per_s": tokens / statistics.median(times["in_process"]),
+                "remote_greedy_match": all(agree), "remote_case": {**asdict(case), "repeats": repeats, "torch_threads": 1}}
+
+    async def run_and_close() -> dict[str, object]:
+        try:
+            return await measure()
+        finally:
+            await local.shutdown()
+            await remote.shutdown()
+
+    return asyncio.run(run_and_close())
 
 
 @dataclass(slots=True, frozen=True)
@@ -167,12 +261,14 @@ def agentic(model_dir: Path, case: AgenticCase, cache_policy: str, demotion: boo
 # quarter of its time in prefill, where both sides run the same GEMMs) as `short_case`.
 QUICK = {
     "throughput": ThroughputCase(batch=8, prompt_len=64, new_tokens=32),
+    "remote": ThroughputCase(batch=8, prompt_len=64, new_tokens=64),
     "agentic": AgenticCase(groups=4, group_size=4, system_tokens=256, task_tokens=192, turns=6,
                            generate_tokens=12, observation_tokens=12, pause_steps=(4, 30), kv_fraction=0.55, host_fraction=0.5,
                            slots=8),
 }
 FULL = {
     "throughput": ThroughputCase(batch=16, prompt_len=256, new_tokens=256),
+    "remote": ThroughputCase(batch=16, prompt_len=256, new_tokens=128),
     "short_throughput": ThroughputCase(batch=16, prompt_len=128, new_tokens=64),
     "agentic": AgenticCase(groups=8, group_size=4, system_tokens=512, task_tokens=256, turns=10,
                            generate_tokens=16, observation_tokens=16, pause_steps=(4, 40), kv_fraction=0.55, host_fraction=0.5,
@@ -186,14 +282,17 @@ def run(quick: bool) -> dict[str, object]:
     cases = QUICK if quick else FULL
     with tempfile.TemporaryDirectory() as tmp, Progress() as progress:
         model_dir = make_tiny_model(Path(tmp) / "model", **BENCH_SHAPE)
-        task = progress.add_task("engine bench", total=2 + 2 * len(POLICIES))
-        result: dict[str, object] = {"model": {**BENCH_SHAPE, "vocab": 263}, "quick": quick}
+        task = progress.add_task("engine bench", total=3 + 2 * len(POLICIES))
+        result: dict[str, object] = {"model": {**BENCH_SHAPE, "vocab": 263}, "quick": quick,
+                                     "machine": "shared: timings carry the load of other processes; see the spread"}
         result.update(throughput(model_dir, cases["throughput"], repeats=2 if quick else 5))
         result["throughput_case"] = asdict(cases["throughput"])
         progress.advance(task)
         if "short_throughput" in cases:
             short = cases["short_throughput"]
             result["short_case"] = {**asdict(short), **throughput(model_dir, short, repeats=5)}
+        progress.advance(task)
+        result.update(remote_throughput(model_dir, cases["remote"], repeats=7 if quick else 9))
         progress.advance(task)
         result["agentic_case"] = asdict(cases["agentic"])
         # with the host tier (the engine as configured for agentic work, like SGLang's HiCache

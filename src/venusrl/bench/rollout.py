@@ -34,6 +34,7 @@ venus actually used.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import statistics
 import tempfile
 import time
@@ -59,8 +60,13 @@ from venusrl.coordinator.predictors import (
 )
 from venusrl.coordinator.predictors.evaluate import accuracy
 from venusrl.engine.async_engine import AsyncEngine
+from venusrl.engine.client import EngineClient
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
+from venusrl.engine.process import EngineSpec
+from venusrl.engine.remote import spawn_engines
+from venusrl.model.chat import load_tokenizer
+from venusrl.model.checkpoint import load_model
 from venusrl.model.tiny import make_tiny_model
 from venusrl.rollout.config import RolloutConfig
 from venusrl.rollout.slots import SlotMode
@@ -145,24 +151,54 @@ class Round:
     samples: list[StepSample]
 
 
+class RecordingClient:
+    """An `EngineClient` that keeps what each finished request produced from its prompt: the
+    greedy-output comparison of two placements (`greedy_check`)."""
+
+    def __init__(self, client: EngineClient, replies: dict[tuple[int, ...], list[int]]) -> None:
+        self.client, self.replies = client, replies
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+    async def generate(self, prompt_ids, sampling, priority=None, trajectory_id=None):
+        # closed with this one, so a consumer leaving early aborts the request at once
+        async with contextlib.aclosing(self.client.generate(prompt_ids, sampling, priority, trajectory_id)) as outputs:
+            async for output in outputs:
+                if output.finished and output.finish_reason != "abort":
+                    self.replies[tuple(prompt_ids)] = output.output_ids
+                yield output
+
+
 async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float, prompts: list[Prompt],
-                 predictor: BackgroundPredictor | None = None, trace: bool = False) -> Round:
-    """N training steps of `mode` with a trainer taking `trainer_s` per step."""
+                 predictor: BackgroundPredictor | None = None, trace: bool = False, placement: str = "in_process",
+                 temperature: float = 1.0, replies: dict | None = None) -> Round:
+    """N training steps of `mode` with a trainer taking `trainer_s` per step; with `replies`,
+    every finished engine request's prompt and output go there. Engines in their own
+    processes (`placement: process`) have no step log: the round's figures then lack the
+    engine-step breakdown (`step_log: false`)."""
     setup = SETUPS[mode]
     engine_config = EngineConfig(kv_capacity_tokens=case.kv_tokens_per_engine, page_size=1,
                                  cache_policy=setup.cache_policy, demotion=setup.demotion)
-    engines = [Engine.from_pretrained(model_dir, engine_config) for _ in range(case.engines)]
-    logs = [StepLog(e) for e in engines]
-    weights = {name: t.detach().clone() for name, t in engines[0].runner.model.state_dict().items()}
-    async_engines = [AsyncEngine(e) for e in engines]
+    if placement == "in_process":
+        engines = [Engine.from_pretrained(model_dir, engine_config) for _ in range(case.engines)]
+        logs = [StepLog(e) for e in engines]
+        async_engines: list[EngineClient] = [AsyncEngine(e) for e in engines]
+    else:
+        spec = EngineSpec(model_dir=str(model_dir), engine=engine_config, torch_threads=torch.get_num_threads())
+        logs, async_engines = [], list(await asyncio.to_thread(spawn_engines, [spec] * case.engines))
+    weights = load_model(model_dir).state_dict()
+    if replies is not None:
+        async_engines = [RecordingClient(e, replies) for e in async_engines]
     config = CoordinatorConfig(group_size=case.group_size, batch_groups=case.batch_groups,
                                async_factor=case.async_factor, max_version_span=case.max_version_span,
                                policy=setup.policy, prior_tool_seconds=case.tool_latency_mean_s,
                                prior_tokens_per_turn=case.tokens_per_turn)
     coordinator = DataCoordinator(config, prompts)
-    rollout = RolloutConfig(max_turns=case.max_turns + 1, max_new_tokens_per_turn=case.tokens_per_turn, temperature=1.0)
+    rollout = RolloutConfig(max_turns=case.max_turns + 1, max_new_tokens_per_turn=case.tokens_per_turn,
+                            temperature=temperature)
     ready: asyncio.Queue = asyncio.Queue()
-    worker = RolloutWorker(coordinator, async_engines, engines[0].tokenizer, partial(AgentTaskEnv, Counter()), rollout,
+    worker = RolloutWorker(coordinator, async_engines, load_tokenizer(model_dir), partial(AgentTaskEnv, Counter()), rollout,
                            slots=case.slots_per_engine, mode=setup.slot_mode, predictor=predictor,
                            on_ready=ready.put_nowait)
     trainer = StreamingTrainerClock(case.batch_groups)
@@ -189,6 +225,7 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
 
             worker.on_weight_version(version)
             step_done.append(time.perf_counter() - started)
+        stats = [await e.stats() for e in async_engines]
     finally:
         stop.set()
         await asyncio.gather(running, return_exceptions=True)
@@ -197,7 +234,6 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
     span = max(t.turns[-1].weight_version - t.start_version for g in trained for t in g.trajectories)
     if span > case.max_version_span or in_flight > coordinator.window:
         raise AssertionError(f"{mode}: version span {span} or {in_flight} groups in flight broke the bounds")
-    stats = [e.stats() for e in engines]
     end = started + step_done[-1]
     samples = [s for log in logs for s, ended in zip(log.samples, log.ended, strict=True) if ended <= end]
     sampled = sum(log.sampled_tokens for log in logs)
@@ -205,7 +241,7 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         "sampled": sampled,
         "trained": sum(t.generated_tokens for g in trained for t in g.trajectories),
         "prefill_computed": sum(log.prefill_tokens for log in logs),
-        "recomputed": sum(s["recomputed_tokens"] for s in stats),
+        "recomputed": sum(s.recomputed_tokens for s in stats),
         "discarded": coordinator.counts.discarded_tokens,
         "aborted_unseen": max(0, sampled - worker.tokens.kept - worker.tokens.cancelled),
     }
@@ -222,12 +258,14 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         "window": coordinator.window,
         "weight_version": coordinator.weight_version,
         # as applied when the round stopped: the last push lands at an engine's next iteration
-        "engine_weight_versions": [e.weight_version for e in engines],
+        "engine_weight_versions": [s.weight_version for s in stats],
         "turn_weight_versions": sorted({turn.weight_version for g in trained for t in g.trajectories for turn in t.turns}),
         "preemptions": worker.preemptions,
         "migrations": worker.migrations,
-        "hit_rate": sum(s["cached_tokens"] for s in stats) / max(1, sum(s["prompt_tokens"] for s in stats)),
+        "hit_rate": sum(s.cached_tokens for s in stats) / max(1, sum(s.prompt_tokens for s in stats)),
         "engine_s": case.engines * step_done[-1],
+        "placement": placement,
+        "step_log": bool(logs),
     }
     if trace:  # every group the round admitted, each once
         groups = {g.id: g for g in [*trained, *coordinator.untrained_groups(), *coordinator.running_groups()]}
@@ -413,5 +451,35 @@ def sweep() -> dict[str, Any]:
             "machine": "shared: one repeat per cell, so read a cell's figure with the headline's spread"}
 
 
-def main(quick: bool, json_out: Path | None, sweep_cells: bool = False) -> None:
+def greedy_check(quick: bool, placement: str) -> dict[str, Any]:
+    """Venus's round (the trainer in the loop) at temperature 0 with the engines in process
+    and with them placed as `placement`, on the same tasks: every prompt both rounds sent an
+    engine must get the same reply. Scheduling differs between the rounds (timing), so the
+    prompts they share are compared, not the rounds' order."""
+    case = QUICK if quick else FULL
+    torch.set_num_threads(1)
+    replies: dict[str, dict[tuple[int, ...], list[int]]] = {"in_process": {}, placement: {}}
+    rounds = {}
+    with tempfile.TemporaryDirectory() as tmp, Progress() as progress:
+        model_dir = make_tiny_model(Path(tmp) / "model", seed=1)
+        task = progress.add_task(f"greedy check: in_process vs {placement}", total=2)
+        for where in replies:
+            rounds[where] = asyncio.run(_round(model_dir, case, "venus", 0.0, tasks(case, case.seed), placement=where,
+                                               temperature=0.0, replies=replies[where])).figures
+            progress.advance(task)
+    shared = replies["in_process"].keys() & replies[placement].keys()
+    same = sum(replies["in_process"][p] == replies[placement][p] for p in shared)
+    return {"case": asdict(case), "placement": placement, "prompts_compared": len(shared),
+            "prompts_identical": same, "greedy_match": same / len(shared) if shared else float("nan"),
+            "requests": {where: len(r) for where, r in replies.items()},
+            "time_to_last_step_s": {where: r["time_to_last_step_s"] for where, r in rounds.items()},
+            "migrations": {where: r["migrations"] for where, r in rounds.items()},
+            "recomputed_tokens": {where: r["tokens"]["recomputed"] for where, r in rounds.items()},
+            "machine": "shared; one round each: the times are not a comparison"}
+
+
+def main(quick: bool, json_out: Path | None, sweep_cells: bool = False, engine_placement: str = "in_process") -> None:
+    if engine_placement != "in_process":
+        emit({"greedy_check": greedy_check(quick, engine_placement)}, json_out)
+        return
     emit(sweep() if sweep_cells else run(quick), json_out)

@@ -100,10 +100,14 @@ def bench_rollout(
     quick: Annotated[bool, typer.Option("--quick", help="B=4, N=4 steps, one repeat, trainer 0.5x (minutes)")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
     sweep: Annotated[bool, typer.Option("--sweep", help="the quick case over 3 slot counts x 2 KV budgets instead")] = False,
+    engine_placement: Annotated[str, typer.Option(
+        help="process: instead, venus's round at temperature 0 with each engine in its own process against the "
+        "same with engines in process; every prompt both sent must get the same greedy reply")] = "in_process",
 ) -> None:
     """Time to N training steps with the trainer in the loop: trajectory-level vs
     action-level vs venus scheduling, the engine-time breakdown and predictor accuracy."""
     from venusrl.bench.rollout import main
 
-    main(quick, json_out, sweep)
-
+    if engine_placement not in ("in_process", "process"):
+        raise typer.BadParameter(f"{engine_placement!r}: choose in_process or process", param_hint="--engine-placement")
+    main(quick, json_out, sweep, engine_placement)

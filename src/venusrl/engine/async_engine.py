@@ -25,7 +25,14 @@ from typing import Any, TypeVar
 
 import torch
 
-from venusrl.engine.client import EngineHealth, EngineLoad, PrefixKV
+from venusrl.engine.client import (
+    EngineClient,
+    EngineHealth,
+    EngineInfo,
+    EngineLoad,
+    PrefixKV,
+    copy_prefix,
+)
 from venusrl.engine.engine import Engine, RequestOutput
 from venusrl.engine.kv_pool import HostKV
 from venusrl.engine.stats import EngineStats
@@ -68,6 +75,9 @@ class AsyncEngine:
         self._commands: queue.Queue[tuple[Callable[[], Any], Future]] = queue.Queue()
         self._streams: dict[str, _Stream] = {}
         self._held: list[str] = []  # suspects of repeated crashes, not yet re-issued
+        # items for stream queues, by consumer loop, handed over once per iteration (`_flush`):
+        # one cross-thread hop per loop per step, not one per request and token
+        self._outbox: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, Any]]] = {}
         self._probe: str | None = None  # the suspect re-issued last, until it has run one step
         self._stopping = threading.Event()
         self._error: BaseException | None = None
@@ -77,6 +87,22 @@ class AsyncEngine:
     @property
     def alive(self) -> bool:
         return self._error is None and self._thread.is_alive()
+
+    @property
+    def demotions(self) -> int:
+        """Demotions so far (an int read, safe from any thread): 0 means none ever, so none
+        is paused now."""
+        return self.engine.scheduler.counters.demotions
+
+    @property
+    def kv_address(self) -> None:
+        return None  # in the caller's process: KV moves by export and import
+
+    def info(self) -> EngineInfo:
+        engine = self.engine
+        args = engine.runner.model.args
+        return EngineInfo(args.vocab_size, args.max_position_embeddings, engine.config.kv_capacity_tokens,
+                          engine.config.page_size, tuple(engine.eos_token_ids))
 
     @property
     def error(self) -> BaseException | None:
@@ -169,7 +195,7 @@ class AsyncEngine:
         return await self.acall(lambda engine: engine.release_trajectory(trajectory_id))
 
     async def demoted_trajectories(self) -> frozenset[str]:
-        if not self.engine.scheduler.counters.demotions:  # an int read: none ever, none paused
+        if not self.demotions:
             return frozenset()
         demoted = await self.acall(lambda engine: engine.scheduler.demoted_trajectories())
         return frozenset(str(key) for key in demoted)
@@ -191,6 +217,9 @@ class AsyncEngine:
 
     async def import_prefix(self, token_ids: list[int], kv: HostKV, trajectory_id: str | None = None) -> int:
         return await self.acall(lambda engine: engine.import_prefix(list(token_ids), kv, trajectory_id))
+
+    async def send_prefix(self, token_ids: list[int], target: EngineClient, trajectory_id: str | None = None) -> int:
+        return await copy_prefix(self, target, token_ids, trajectory_id)
 
     async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         await self.acall(lambda engine: engine.update_weights(state_dict, version))
@@ -220,7 +249,7 @@ class AsyncEngine:
         stream = self._streams[request_id]
         if stream.delivered is None:
             del self._streams[request_id]
-            stream.loop.call_soon_threadsafe(stream.queue.put_nowait, RequestFailed(f"request {request_id} aborted"))
+            self._post(stream, RequestFailed(f"request {request_id} aborted"))
             return None
         return self._deliver(replace(stream.delivered, new_token_ids=[], new_logprobs=[], finished=True,
                                      finish_reason="abort"))
@@ -240,6 +269,7 @@ class AsyncEngine:
                         idle = False
                     if self._run_commands(block=not self.engine.has_work or idle):
                         idle = False
+                    self._flush()  # what the calls delivered (an abort's output) goes before the step
                     self.engine.release_idle_trajectories()
                     if self.engine.has_work and not idle:
                         for output in self.engine.step():
@@ -254,6 +284,7 @@ class AsyncEngine:
                     log.exception("engine crashed (%d in a row); rebuilding it", crashes)
                     self._restart(crashes)
                     idle = False
+                self._flush()
                 with self._progress:
                     self.iterations += 1
                     self._progress.notify_all()
@@ -280,7 +311,7 @@ class AsyncEngine:
             if request_id == failed:
                 del self._streams[request_id]
                 log.warning("request %s failed alone: the engine crashed with it in the batch", request_id)
-                stream.loop.call_soon_threadsafe(stream.queue.put_nowait, RequestFailed(
+                self._post(stream, RequestFailed(
                     f"request {request_id} failed: the engine crashed on it (it was re-issued alone)"))
             elif request_id not in self._held:
                 self._reissue(request_id, stream)
@@ -311,7 +342,7 @@ class AsyncEngine:
                                     request_id=request_id)
         except ValueError as err:  # the longer prompt no longer fits: this request fails alone
             del self._streams[request_id]
-            stream.loop.call_soon_threadsafe(stream.queue.put_nowait, RequestFailed(str(err)))
+            self._post(stream, RequestFailed(str(err)))
             return
         stream.prefix = done
 
@@ -343,13 +374,25 @@ class AsyncEngine:
         stream.delivered = output
         if output.finished:
             del self._streams[output.request_id]
-        stream.loop.call_soon_threadsafe(stream.queue.put_nowait, output)
+        self._post(stream, output)
         return output
+
+    def _post(self, stream: _Stream, item: Any) -> None:
+        self._outbox.setdefault(stream.loop, []).append((stream.queue, item))
+
+    def _flush(self) -> None:
+        outbox, self._outbox = self._outbox, {}
+        for loop, items in outbox.items():
+            try:
+                loop.call_soon_threadsafe(_put_all, items)
+            except RuntimeError:  # the consumers' loop is closed: nobody is left to read
+                log.debug("%d stream items dropped: their event loop is closed", len(items))
 
     def _fail_everything(self, error: BaseException) -> None:
         for stream in self._streams.values():
-            stream.loop.call_soon_threadsafe(stream.queue.put_nowait, error)
+            self._post(stream, error)
         self._streams.clear()
+        self._flush()
         while True:
             try:
                 _, future = self._commands.get_nowait()
@@ -357,6 +400,11 @@ class AsyncEngine:
                 return
             if future.set_running_or_notify_cancel():
                 future.set_exception(EngineStopped(str(error)))
+
+
+def _put_all(items: list[tuple[asyncio.Queue, Any]]) -> None:
+    for queue_, item in items:
+        queue_.put_nowait(item)
 
 
 def _stitched(prefix: RequestOutput, output: RequestOutput) -> RequestOutput:

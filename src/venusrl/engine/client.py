@@ -6,6 +6,9 @@ protocol), or in the simulator: the callers are the same code.
 Ordering: calls on one client take effect in the order they are made. `set_priority` is a
 notification (it returns nothing and is not awaited): it is ordered before every later call
 on the same client, which is what a caller re-prioritising and then generating relies on.
+
+Implementations: `AsyncEngine` (engine/async_engine.py, this process) and `RemoteEngine`
+(engine/remote.py, the engine in its own OS process or Ray actor, over engine/wire.py).
 """
 
 from __future__ import annotations
@@ -50,6 +53,22 @@ class EngineHealth:
     error: str | None = None  # why it died, when it did
 
 
+@dataclass(slots=True, frozen=True)
+class EngineInfo:
+    """What a front end (the HTTP server) needs to know of the engine behind a client, fixed
+    for the client's life: read without a round trip."""
+
+    vocab_size: int
+    max_position_embeddings: int
+    kv_capacity_tokens: int
+    page_size: int
+    eos_token_ids: tuple[int, ...]
+
+
+# Where an engine process takes prefix KV from other engines (`KVReceiver`): host, port.
+KVAddress = tuple[str, int]
+
+
 @runtime_checkable
 class EngineClient(Protocol):
     def generate(self, prompt_ids: list[int], sampling: SamplingParams, priority: Priority | None = None,
@@ -86,6 +105,22 @@ class EngineClient(Protocol):
         it references the prefix (it is about to resume here)."""
         ...
 
+    async def send_prefix(self, token_ids: list[int], target: EngineClient, trajectory_id: str | None = None) -> int:
+        """Copy this engine's cached KV of the longest page-aligned prefix of `token_ids` into
+        `target` (with a trajectory: it references the prefix there); the tokens `target`
+        now holds. Between engine processes the KV goes straight from this engine's process to
+        `target.kv_address` over the KV transport, not through the caller; otherwise it is
+        `export_prefix` here and `import_prefix` there."""
+        ...
+
+    @property
+    def kv_address(self) -> KVAddress | None:
+        """Where this engine's process receives prefix KV; None for an engine in the caller's
+        process."""
+        ...
+
+    def info(self) -> EngineInfo: ...
+
     async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         """Queued; applied at the engine's next iteration boundary."""
         ...
@@ -93,3 +128,12 @@ class EngineClient(Protocol):
     async def health(self) -> EngineHealth: ...
 
     async def shutdown(self) -> None: ...
+
+
+async def copy_prefix(source: EngineClient, target: EngineClient, token_ids: list[int],
+                      trajectory_id: str | None = None) -> int:
+    """`send_prefix` through the caller: export from `source`, import into `target`."""
+    prefix = await source.export_prefix(token_ids)
+    if not prefix.tokens:
+        return 0
+    return await target.import_prefix(list(token_ids[: prefix.tokens]), prefix.kv, trajectory_id)

@@ -8,11 +8,18 @@ from pydantic import Field
 
 from venusrl.schema import Section
 
+EnginePlacement = Literal["in_process", "process"]
+
 
 class EngineConfig(Section):
     backend: Literal["ours", "vllm"] = Field(
         "ours", description="ours: venusrl's engine; vllm: vLLM's AsyncLLM under venus's scheduler "
         "(engine/vllm_backend.py; needs the vllm extra, `make vllm-venv`)")
+    placement: EnginePlacement = Field(
+        "in_process", description="where each rollout engine runs: in_process: a thread of the rollout process; "
+        "process: its own OS process, reached over a socket (engine/process.py), and with run.runtime: ray its "
+        "own Ray actor (one GPU each where there are GPUs, spread over the nodes); prefix KV then moves engine "
+        "to engine over the KV transport")
     page_size: int = Field(16, ge=1, description="tokens per KV page")
     kv_capacity_tokens: int = Field(32768, ge=1, description="KV slots on the device pool")
     host_kv_capacity_tokens: int = Field(

@@ -28,7 +28,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
-from venusrl.engine.async_engine import AsyncEngine, EngineStopped, RequestFailed
+from venusrl.engine.async_engine import EngineStopped, RequestFailed
+from venusrl.engine.client import EngineClient
 from venusrl.engine.engine import RequestOutput
 from venusrl.engine.openai_protocol import (
     ChatCompletionRequest,
@@ -77,13 +78,13 @@ class _Chat:
 
 
 def create_app(
-    engine: AsyncEngine, tokenizer: ChatTokenizer, model_name: str, api_key: str | None = None,
+    engine: EngineClient, tokenizer: ChatTokenizer, model_name: str, api_key: str | None = None,
     default_max_tokens: int = 512,
 ) -> FastAPI:
     app = FastAPI(title="venusrl engine")
     _install_error_handlers(app)
-    args, engine_config = engine.engine.runner.model.args, engine.engine.config
-    context_tokens = min(args.max_position_embeddings, engine_config.kv_capacity_tokens)
+    info = engine.info()  # the engine may be in another process: nothing here reaches into it
+    context_tokens = min(info.max_position_embeddings, info.kv_capacity_tokens)
 
     @app.middleware("http")
     async def check_api_key(request: Request, call_next):
@@ -174,7 +175,7 @@ def create_app(
         except EngineStopped as err:
             return error_response(503, str(err), kind="server_error")
         completion_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
-        view = _TextView(tokenizer, engine.engine.eos_token_ids, sampling.stop)
+        view = _TextView(tokenizer, info.eos_token_ids, sampling.stop)
         log.info("%s: %d prompt tokens, priority %s, trajectory %s, stream=%s", completion_id, len(prompt_ids),
                  body.priority, body.trajectory_id, body.stream)
         if body.stream:

@@ -40,7 +40,14 @@ from vllm.inputs import TokensPrompt
 from vllm.usage.usage_lib import UsageContext
 from vllm.v1.engine.async_llm import AsyncLLM
 
-from venusrl.engine.client import EngineHealth, EngineLoad, PrefixKV
+from venusrl.engine.client import (
+    EngineClient,
+    EngineHealth,
+    EngineInfo,
+    EngineLoad,
+    KVAddress,
+    PrefixKV,
+)
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import RequestOutput
 from venusrl.engine.kv_pool import HostKV
@@ -244,6 +251,19 @@ class VLLMEngine:
 
     async def import_prefix(self, token_ids: list[int], kv: HostKV, trajectory_id: str | None = None) -> int:
         return 0  # see export_prefix
+
+    async def send_prefix(self, token_ids: list[int], target: EngineClient, trajectory_id: str | None = None) -> int:
+        return 0  # see export_prefix: the target recomputes
+
+    @property
+    def kv_address(self) -> KVAddress | None:
+        return None  # no KV receiver: see export_prefix
+
+    def info(self) -> EngineInfo:
+        hf, cache = self.llm.model_config.hf_config, self.llm.vllm_config.cache_config
+        eos = getattr(hf, "eos_token_id", None)
+        return EngineInfo(hf.vocab_size, self.llm.model_config.max_model_len, self.kv_capacity_tokens,
+                          cache.block_size, tuple(eos if isinstance(eos, list) else [] if eos is None else [eos]))
 
     def _empty_kv(self) -> HostKV:
         hf = self.llm.model_config.hf_config

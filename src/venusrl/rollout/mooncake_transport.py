@@ -25,7 +25,7 @@ import torch
 
 from venusrl.engine.kv_pool import HostKV
 from venusrl.model.checkpoint import resolve_dtype
-from venusrl.rollout.kv_transport import KVReceiver, kv_header
+from venusrl.rollout.kv_transport import KVDelivery, KVReceiver, OnKV, kv_header
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +63,11 @@ def _registered(engine, tensors: list[torch.Tensor]) -> Iterator[list[int]]:
 class MooncakeKVReceiver(KVReceiver):
     """A `KVReceiver` that reads the KV of each delivery from the sender through Mooncake."""
 
-    def __init__(self, on_kv, host: str = "127.0.0.1", port: int = 0):
+    def __init__(self, on_kv: OnKV, host: str = "127.0.0.1", port: int = 0):
         self.engine, self.session = _transfer_engine(host)
         super().__init__(on_kv, host, port)
 
-    def receive(self, stream) -> tuple[list[int], HostKV]:
+    def receive(self, stream) -> KVDelivery:
         header = json.loads(stream.readline())
         dtype = resolve_dtype(header["dtype"])
         k, v = (torch.empty(header["shape"], dtype=dtype) for _ in range(2))
@@ -79,7 +79,7 @@ class MooncakeKVReceiver(KVReceiver):
             raise ConnectionError(f"Mooncake read of KV from {header['session']} failed (status {status})")
         log.info("KV of %d tokens read over mooncake from %s: %d bytes in %.1f ms", len(header["token_ids"]),
                  header["session"], k.nbytes + v.nbytes, (time.perf_counter() - start) * 1e3)
-        return header["token_ids"], HostKV(k, v)
+        return KVDelivery(header["token_ids"], HostKV(k, v), header.get("trajectory_id"))
 
 
 class MooncakeTransport:
@@ -89,14 +89,14 @@ class MooncakeTransport:
         self.address, self.timeout_s = address, timeout_s
         self.engine, self.session = _transfer_engine(hostname)
 
-    def send(self, token_ids: list[int], kv: HostKV) -> tuple[list[int], HostKV]:
+    def send(self, token_ids: list[int], kv: HostKV, trajectory_id: str | None = None) -> tuple[list[int], HostKV]:
         if kv.num_tokens == 0:  # nothing to register or read; the receiver would take nothing
             return [], kv
         start = time.perf_counter()
         tensors = [kv.k.contiguous(), kv.v.contiguous()]
         with _registered(self.engine, tensors) as addresses, \
                 socket.create_connection(self.address, timeout=self.timeout_s) as connection:
-            header = {**kv_header(token_ids, kv), "session": self.session, "addresses": addresses}
+            header = {**kv_header(token_ids, kv, trajectory_id), "session": self.session, "addresses": addresses}
             connection.sendall((json.dumps(header) + "\n").encode())
             reply = connection.makefile("rb").readline()
         if not reply:

@@ -240,10 +240,9 @@ class RolloutWorker:
         key, token_ids = str(trajectory_id), self._context[trajectory_id]
         copied = 0
         try:
-            prefix = await self.engines[source].export_prefix(token_ids)
-            await self.engines[target].start_trajectory(key, self.core.declared_priority(trajectory_id))
-            if prefix.tokens:  # live before its KV lands
-                copied = await self.engines[target].import_prefix(token_ids[: prefix.tokens], prefix.kv, key)
+            await self.engines[target].start_trajectory(key, self.core.declared_priority(trajectory_id))  # live first
+            # engine processes send the KV to each other (host to host), in-process engines copy it
+            copied = await self.engines[source].send_prefix(list(token_ids), self.engines[target], key)
             await self.engines[source].release_trajectory(key)
         except Exception as err:
             log.warning("trajectory %d: prefix KV copy from engine %d to %d failed (%s); it recomputes",

@@ -1,9 +1,12 @@
 """The Ray runtime's actors: the rollout side and the trainer side of a run, each the
-local runtime's service in its own process. Both are async actors: their methods are the
-services' coroutines, run on the actor's event loop (the rollout worker is a task there)."""
+local runtime's service in its own process, and with `engine.placement: process` one actor
+per rollout engine. All are async actors: their methods are the services' coroutines, run on
+the actor's event loop (the rollout worker is a task there; an engine actor's wire server
+is served there)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 from pathlib import Path
@@ -13,6 +16,7 @@ import ray
 
 from venusrl.config import Config
 from venusrl.coordinator.snapshot import CoordinatorSnapshot
+from venusrl.engine.process import EngineServer, EngineSpec, build_engine
 from venusrl.env.registry import environment_factory
 from venusrl.runtime.data import prompt_stream
 from venusrl.runtime.ray_sandbox import RayCluster
@@ -44,12 +48,13 @@ class RolloutActor(RolloutService):
 
     async def open(self, config: Config, run_dir: Path, model_dir: Path, train_prompts: list[Prompt], skip: int,
                    weight_version: int, snapshot: CoordinatorSnapshot | None,
-                   predictor_path: Path | None) -> dict[str, Any]:
+                   predictor_path: Path | None, engine_handshakes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         log_to_run(run_dir, config.run.log_level, "rollout")
         cluster = RayCluster(config.sandbox) if environment_factory(config.rollout.environment).needs_sandbox else None
         try:
             super().__init__(config, model_dir, prompt_stream(train_prompts, config.trainer.epochs, skip),
-                             weight_version, snapshot, predictor_path, sandbox_cluster=cluster)
+                             weight_version, snapshot, predictor_path, sandbox_cluster=cluster,
+                             engine_handshakes=engine_handshakes)
         except BaseException:
             if cluster is not None:
                 cluster.close()
@@ -73,3 +78,24 @@ class TrainerActor(TrainerService):
         log_to_run(run_dir, config.run.log_level, "trainer")
         super().__init__(config, model_dir, weight_version, optimizer_state)
         return placement()
+
+
+class EngineActor:
+    """One rollout engine in its own actor: the engine thread and its wire server
+    (`engine/process.py`), reached by the rollout actor's `RemoteEngine` over a socket at this
+    node's address, and by other engines' prefix KV over the KV transport."""
+
+    def __init__(self) -> None:
+        self.server: EngineServer | None = None
+
+    async def open(self, spec: EngineSpec, run_dir: Path | None = None, log_level: str = "INFO") -> dict[str, Any]:
+        """The engine's handshake (`RemoteEngine.from_handshake` reads it)."""
+        if run_dir is not None:
+            log_to_run(run_dir, log_level, "engine")
+        spec = spec.model_copy(update={"host": ray.util.get_node_ip_address()})
+        self.server = EngineServer(await asyncio.to_thread(build_engine, spec), spec.host, spec.kv_transport)
+        return {**await self.server.start(), **placement()}
+
+    async def close(self) -> None:
+        if self.server is not None and not self.server.stopped.is_set():
+            await self.server.close()

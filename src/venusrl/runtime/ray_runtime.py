@@ -3,6 +3,9 @@ in Ray actors.
 
     this process   TrainingDriver, talking to the actors through `ActorProxy`
     RolloutActor   coordinator, predictor, engines, rollout worker, sandbox controller
+    EngineActor    with `engine.placement: process`, one per engine (one GPU each where there
+                   are GPUs, spread over the nodes); the rollout actor reaches them over
+                   sockets (`RemoteEngine`), and prefix KV moves engine to engine directly
     TrainerActor   policy model and streaming trainer
     NodeAgentActor one per sandbox node agent, spread over the nodes (ray_sandbox.py)
 
@@ -29,9 +32,10 @@ import ray
 from ray.exceptions import RayError, RayTaskError
 
 from venusrl.config import Config, ConfigError
+from venusrl.engine.placement import engine_spec
 from venusrl.runtime.driver import TrainingDriver
 from venusrl.runtime.local import prepare
-from venusrl.runtime.ray_actors import RolloutActor, TrainerActor
+from venusrl.runtime.ray_actors import EngineActor, RolloutActor, TrainerActor
 from venusrl.trainer.checkpoint import Checkpoint
 from venusrl.types import Prompt
 
@@ -98,35 +102,61 @@ async def _train(config: Config, run_dir: Path, progress: bool, train_prompts: l
     model_dir = checkpoint.model_dir if checkpoint else Path(config.model.path)
     version = checkpoint.state.weight_version if checkpoint else 0
     skip = checkpoint.snapshot.prompts_consumed if checkpoint else 0
-    rollout_gpus, trainer_gpus = actor_gpus(config, ray.cluster_resources().get("GPU", 0))
+    cluster_gpus = ray.cluster_resources().get("GPU", 0)
+    rollout_gpus, trainer_gpus = actor_gpus(config, cluster_gpus)
+    engine_actors, handshakes = [], None
+    if config.engine.placement == "process":
+        engine_actors = start_engine_actors(config.scheduler.engines, engine_actor_gpus(config, cluster_gpus))
+        rollout_gpus = 0  # the engines hold the rollout side's GPUs
     rollout_actor = ray.remote(RolloutActor).options(num_gpus=rollout_gpus, max_concurrency=ROLLOUT_CONCURRENCY).remote()
     trainer_actor = ray.remote(TrainerActor).options(num_gpus=trainer_gpus).remote()
     try:
+        if engine_actors:
+            spec = engine_spec(model_dir, config.engine, config.model, version)
+            handshakes = await open_engine_actors(engine_actors, spec, run_dir, config.run.log_level)
         rollout, trainer = ActorProxy(rollout_actor), TrainerProxy(trainer_actor)
         opened = await asyncio.gather(
             rollout.open(config, run_dir, model_dir, train_prompts, skip, version,
-                         checkpoint.snapshot if checkpoint else None, checkpoint.predictor_path if checkpoint else None),
+                         checkpoint.snapshot if checkpoint else None, checkpoint.predictor_path if checkpoint else None,
+                         handshakes),
             trainer.open(config, run_dir, model_dir, version, checkpoint.optimizer_path if checkpoint else None),
             return_exceptions=True)  # both finish opening before either is closed
         for result in opened:
             if isinstance(result, BaseException):
                 raise result
-        log.info("ray actors: %s", {"driver": {"pid": os.getpid()}, "rollout": opened[0], "trainer": opened[1]})
+        log.info("ray actors: %s", {"driver": {"pid": os.getpid()}, "rollout": opened[0], "trainer": opened[1],
+                                    "engines": [{k: h[k] for k in ("pid", "host", "address")} for h in handshakes or []]})
         driver = TrainingDriver(config, run_dir, rollout, trainer, len(train_prompts), eval_prompts, checkpoint, progress)
         return await driver.run()
     finally:
-        await _shutdown(rollout_actor, trainer_actor)
+        await _shutdown(rollout_actor, trainer_actor, engine_actors)
 
 
-async def _shutdown(rollout_actor: Any, trainer_actor: Any) -> None:
-    """Close the rollout side (engines, predictor, node agents), then end both actors."""
+def start_engine_actors(count: int, gpus: float) -> list[Any]:
+    """`count` engine actors, spread over the cluster's nodes, `gpus` GPUs each. They reserve
+    no CPU: an engine's compute is its GPU, and on a CPU-only cluster the engines share the
+    node's cores as in-process engines share the rollout actor's (placement `in_process`)."""
+    return [ray.remote(EngineActor).options(num_cpus=0, num_gpus=gpus, scheduling_strategy="SPREAD").remote()
+            for _ in range(count)]
+
+
+async def open_engine_actors(actors: list[Any], spec: Any, run_dir: Path | None = None,
+                             log_level: str = "INFO") -> list[dict[str, Any]]:
+    """Build each actor's engine (in parallel); their handshakes."""
+    proxies = [ActorProxy(actor) for actor in actors]
+    return list(await asyncio.gather(*(proxy.open(spec, run_dir, log_level) for proxy in proxies)))
+
+
+async def _shutdown(rollout_actor: Any, trainer_actor: Any, engine_actors: list[Any]) -> None:
+    """Close the rollout side (engines, predictor, node agents), then end the actors."""
     try:
         await asyncio.wait_for(rollout_actor.close.remote(), CLOSE_TIMEOUT_S)
+        await asyncio.wait_for(asyncio.gather(*(actor.close.remote() for actor in engine_actors)), CLOSE_TIMEOUT_S)
     except (RayError, asyncio.TimeoutError) as err:
-        log.warning("rollout actor did not close cleanly: %s", err)
+        log.warning("rollout actor or an engine actor did not close cleanly: %s", err)
     finally:
-        ray.kill(rollout_actor)
-        ray.kill(trainer_actor)
+        for actor in (rollout_actor, trainer_actor, *engine_actors):
+            ray.kill(actor)
 
 
 def _with_absolute_paths(config: Config) -> Config:
@@ -151,3 +181,18 @@ def actor_gpus(config: Config, cluster_gpus: float) -> tuple[float, float]:
         raise ConfigError(f"trainer.world_size={ranks} needs {ranks + 1} GPUs in the Ray cluster (one per rank and one "
                           f"for rollout), it has {cluster_gpus:g}")
     return 0.5, 0.5
+
+
+def engine_actor_gpus(config: Config, cluster_gpus: float) -> float:
+    """GPUs of each engine actor (`engine.placement: process`): one where the cluster has one
+    per engine besides the trainer's; half of the one GPU a one-engine run shares with a
+    single-rank trainer (as the rollout actor does)."""
+    rollout_gpus, trainer_gpus = actor_gpus(config, cluster_gpus)
+    if not rollout_gpus:
+        return 0
+    engines = config.scheduler.engines
+    each = 1 if cluster_gpus >= engines + trainer_gpus else rollout_gpus
+    if engines * each + trainer_gpus > cluster_gpus:
+        raise ConfigError(f"scheduler.engines={engines} with engine.placement=process needs {engines} GPUs for the "
+                          f"engines and {trainer_gpus:g} for the trainer; the Ray cluster has {cluster_gpus:g}")
+    return each

@@ -15,12 +15,11 @@ from venusrl.config import Config
 from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.coordinator.predictors import BackgroundPredictor, make_predictor
 from venusrl.coordinator.snapshot import CoordinatorSnapshot
-from venusrl.engine.async_engine import AsyncEngine
-from venusrl.engine.client import EngineClient
-from venusrl.engine.engine import Engine
+from venusrl.engine.placement import open_engines
 from venusrl.env.registry import environment_factory
 from venusrl.model.chat import load_tokenizer
 from venusrl.rollout.worker import RolloutWorker, next_ready
+from venusrl.runtime.config import SchedulerPolicy
 from venusrl.runtime.evaluation import scored_episodes
 from venusrl.sandbox.cluster import LocalCluster
 from venusrl.sandbox.errors import SandboxError
@@ -39,18 +38,14 @@ class RolloutService:
         snapshot: CoordinatorSnapshot | None = None,
         predictor_path: Path | None = None,
         sandbox_cluster: Any = None,  # in place of a LocalCluster: has .controller and .close(); closed by close()
+        engine_handshakes: list[dict[str, Any]] | None = None,  # engine processes already running (Ray actors)
     ) -> None:
         self.config = config
-        policy = config.scheduler.policy
-        self.engines = [] if config.engine.backend == "vllm" else [
-            Engine.from_pretrained(model_dir, config.engine, dtype=config.model.dtype, device=config.model.device)
-            for _ in range(config.scheduler.engines)]
-        for engine in self.engines:
-            engine.weight_version = weight_version
-            engine.tokenizer.configure(config.model.chat_template_kwargs, config.model.tool_call_format)
-        self.tokenizer = self.engines[0].tokenizer if self.engines else load_tokenizer(model_dir)
-        if not self.engines:  # vLLM engines: the rollout's own tokenizer
-            self.tokenizer.configure(config.model.chat_template_kwargs, config.model.tool_call_format)
+        policy: SchedulerPolicy = config.scheduler.policy
+        self.async_engines = open_engines(model_dir, config.engine, config.model, config.scheduler.engines,
+                                          weight_version, engine_handshakes)
+        self.tokenizer = load_tokenizer(model_dir)
+        self.tokenizer.configure(config.model.chat_template_kwargs, config.model.tool_call_format)
         self.env_factory = environment_factory(config.rollout.environment)
         self.cluster = (sandbox_cluster or LocalCluster(config.sandbox)) if self.env_factory.needs_sandbox else None
         # config.coordinator.policy is derived from the scheduler section (`Config._derive`)
@@ -62,21 +57,15 @@ class RolloutService:
             if predictor_path is not None:
                 predictor_config = predictor_config.model_copy(update={"path": str(predictor_path)})
             self.predictor = BackgroundPredictor(make_predictor(predictor_config))
-        self.async_engines: list[EngineClient] = [AsyncEngine(e) for e in self.engines]
-        if config.engine.backend == "vllm":
-            from venusrl.engine.vllm_backend import VLLMEngine
-
-            self.async_engines = [VLLMEngine.start(model_dir, config.engine, dtype=config.model.dtype,
-                                                   weight_version=weight_version)
-                                  for _ in range(config.scheduler.engines)]
         self.ready: asyncio.Queue[Group] = asyncio.Queue()
         self._task: asyncio.Task | None = None
         self.worker = RolloutWorker(
             self.coordinator, self.async_engines, self.tokenizer, self.env_factory, config.rollout,
             slots=config.scheduler.slots_per_engine, mode=config.scheduler.slot_mode, predictor=self.predictor,
             sandboxes=self.cluster.controller if self.cluster else None, on_ready=self.ready.put_nowait)
-        log.info("rollout: %d engine(s), %s scheduling, environment %s, weight version %d",
-                 len(self.async_engines), policy, config.rollout.environment, weight_version)
+        log.info("rollout: %d engine(s) (%s), %s scheduling, environment %s, weight version %d",
+                 len(self.async_engines), "given" if engine_handshakes else config.engine.placement, policy,
+                 config.rollout.environment, weight_version)
 
     async def start(self) -> None:
         """Start rolling out; ready groups of a restored snapshot go to the trainer first."""
