@@ -136,11 +136,15 @@ def _remote_throughput(model_dir: Path, case: ThroughputCase, repeats: int) -> d
             agree.append(outputs["remote"] == outputs["in_process"])
         tokens = case.batch * case.new_tokens
         ratios = [local_s / remote_s for local_s, remote_s in zip(times["in_process"], times["remote"], strict=True)]
-        cpu_ratios = [local_s / remote_s for local_s, remote_s in zip(cpu["in_process"], cpu["remote"], strict=True)]
+        # CPU clocks tick in 10 ms: a repeat too short to register on both sides has no ratio
+        cpu_ratios = [local_s / remote_s for local_s, remote_s in zip(cpu["in_process"], cpu["remote"], strict=True)
+                      if local_s > 0 and remote_s > 0]
         return {"remote_ratio": statistics.median(ratios), "remote_ratio_min": min(ratios),
                 "remote_ratio_max": max(ratios), "remote_ratio_per_repeat": ratios,
-                "remote_cpu_ratio": statistics.median(cpu_ratios), "remote_cpu_ratio_min": min(cpu_ratios),
-                "remote_cpu_ratio_max": max(cpu_ratios),
+                "remote_cpu_ratio": statistics.median(cpu_ratios) if cpu_ratios else None,
+                "remote_cpu_ratio_min": min(cpu_ratios, default=None),
+                "remote_cpu_ratio_max": max(cpu_ratios, default=None),
+
                 "remote_tokens_per_s": tokens / statistics.median(times["remote"]),
                 "in_process_tokens_per_s": tokens / statistics.median(times["in_process"]),
                 "remote_greedy_match": all(agree), "remote_case": {**asdict(case), "repeats": repeats, "torch_threads": 1}}

@@ -21,6 +21,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Any, TypeVar
 
 import torch
@@ -123,6 +124,15 @@ class AsyncEngine:
     async def acall(self, fn: Callable[[Engine], T]) -> T:
         return await asyncio.wrap_future(self.call(fn))
 
+    def _submit(self, method: Callable[..., T], *args: Any) -> Future[T]:
+        """Queue `method(engine, *args)` for the engine thread: an `Engine` method, or one of
+        this class's `_on_engine_*` steps, applied to the engine of that moment (a crash may
+        rebuild it in between). The typed methods below are built on this alone."""
+        return self.call(partial(_apply, method, args))
+
+    async def _run(self, method: Callable[..., T], *args: Any) -> T:
+        return await asyncio.wrap_future(self._submit(method, *args))
+
     def wait_iterations(self, count: int, timeout: float) -> bool:
         """Block until the engine loop has run `count` more iterations (or stopped); False on
         timeout."""
@@ -145,12 +155,7 @@ class AsyncEngine:
         stream = _Stream(asyncio.get_running_loop(), asyncio.Queue(), list(prompt_ids), sampling, priority,
                          trajectory_id)
 
-        def add(engine: Engine) -> str:
-            request_id = engine.add_request(prompt_ids, sampling, priority, trajectory_id)
-            self._streams[request_id] = stream
-            return request_id
-
-        request_id = await self.acall(add)
+        request_id = await self._run(self._on_engine_add, stream)
         finished = False
         try:
             while not finished:
@@ -165,69 +170,53 @@ class AsyncEngine:
                 yield item
         finally:
             if not finished:
-                self.call(lambda engine: self._abort_if_live(engine, request_id))
+                self._submit(self._abort_if_live, request_id)
 
     async def abort(self, request_id: str) -> RequestOutput | None:
         """Abort a request from outside its stream (an operator, a fault): the stream's
         consumer receives the partial output, finished with reason "abort". None when the
         request had already finished."""
-
-        def abort(engine: Engine) -> RequestOutput | None:
-            if request_id in self._held:
-                return self._abort_held(request_id)
-            if request_id not in engine.request_ids():
-                return None
-            output = self._deliver(engine.abort(request_id))
-            log.info("request %s aborted from outside its stream", request_id)
-            return output
-
-        return await self.acall(abort)
+        return await self._run(self._on_engine_abort, request_id)
 
     # ---- EngineClient: trajectories, KV, weights, observability ----------------------------
 
     def set_priority(self, trajectory_id: str, priority: Priority) -> None:
-        self.call(lambda engine: engine.set_priority(trajectory_id, priority))  # queued in call order
+        self._submit(Engine.set_priority, trajectory_id, priority)  # queued in call order
 
     async def start_trajectory(self, trajectory_id: str, priority: Priority) -> None:
-        await self.acall(lambda engine: engine.start_trajectory(trajectory_id, priority))
+        await self._run(Engine.start_trajectory, trajectory_id, priority)
 
     async def release_trajectory(self, trajectory_id: str) -> bool:
-        return await self.acall(lambda engine: engine.release_trajectory(trajectory_id))
+        return await self._run(Engine.release_trajectory, trajectory_id)
 
     async def demoted_trajectories(self) -> frozenset[str]:
         if not self.demotions:
             return frozenset()
-        demoted = await self.acall(lambda engine: engine.scheduler.demoted_trajectories())
-        return frozenset(str(key) for key in demoted)
+        return (await self._run(self._on_engine_load)).demoted
 
     async def load(self) -> EngineLoad:
-        def load(engine: Engine) -> EngineLoad:
-            stats = engine.scheduler.stats()
-            demoted = engine.scheduler.demoted_trajectories() if engine.scheduler.counters.demotions else ()
-            return EngineLoad(stats.high_pressure, stats.kv_capacity_tokens, frozenset(str(k) for k in demoted))
-
-        return await self.acall(load)
+        return await self._run(self._on_engine_load)
 
     async def stats(self) -> EngineStats:
-        return await self.acall(lambda engine: engine.typed_stats())
+        return await self._run(Engine.typed_stats)
 
     async def export_prefix(self, token_ids: list[int]) -> PrefixKV:
-        tokens, kv = await self.acall(lambda engine: engine.export_prefix(list(token_ids)))
+        tokens, kv = await self._run(Engine.export_prefix, list(token_ids))
         return PrefixKV(tokens, kv)
 
     async def import_prefix(self, token_ids: list[int], kv: HostKV, trajectory_id: str | None = None) -> int:
-        return await self.acall(lambda engine: engine.import_prefix(list(token_ids), kv, trajectory_id))
+        return await self._run(Engine.import_prefix, list(token_ids), kv, trajectory_id)
 
     async def send_prefix(self, token_ids: list[int], target: EngineClient, trajectory_id: str | None = None) -> int:
         return await copy_prefix(self, target, token_ids, trajectory_id)
 
     async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
-        await self.acall(lambda engine: engine.update_weights(state_dict, version))
+        await self._run(Engine.update_weights, state_dict, version)
 
     async def health(self) -> EngineHealth:
         if not self.alive:
             return EngineHealth(False, self.engine.weight_version, self.restarts, str(self._error or "stopped"))
-        version = await self.acall(lambda engine: engine.weight_version)
+        version = (await self._run(Engine.typed_stats)).weight_version
         return EngineHealth(True, version, self.restarts)
 
     async def shutdown(self) -> None:
@@ -235,7 +224,30 @@ class AsyncEngine:
         self._commands.put((lambda: None, Future()))
         await asyncio.to_thread(self._thread.join)
 
+    # ---- steps run on the engine thread (through `_submit`) --------------------------------
+
+    def _on_engine_add(self, engine: Engine, stream: _Stream) -> str:
+        request_id = engine.add_request(stream.prompt_ids, stream.sampling, stream.priority, stream.trajectory_id)
+        self._streams[request_id] = stream
+        return request_id
+
+    def _on_engine_abort(self, engine: Engine, request_id: str) -> RequestOutput | None:
+        if request_id in self._held:
+            return self._abort_held(request_id)
+        if request_id not in engine.request_ids():
+            return None
+        output = self._deliver(engine.abort(request_id))
+        log.info("request %s aborted from outside its stream", request_id)
+        return output
+
+    @staticmethod
+    def _on_engine_load(engine: Engine) -> EngineLoad:
+        stats = engine.scheduler.stats()
+        demoted = engine.scheduler.demoted_trajectories() if engine.scheduler.counters.demotions else ()
+        return EngineLoad(stats.high_pressure, stats.kv_capacity_tokens, frozenset(str(k) for k in demoted))
+
     def _abort_if_live(self, engine: Engine, request_id: str) -> None:
+
         if self._streams.pop(request_id, None) is not None:
             if request_id in self._held:
                 self._held.remove(request_id)
@@ -413,3 +425,7 @@ def _stitched(prefix: RequestOutput, output: RequestOutput) -> RequestOutput:
     return replace(output, prompt_len=prefix.prompt_len, output_ids=prefix.output_ids + output.output_ids,
                    logprobs=prefix.logprobs + output.logprobs,
                    weight_versions=prefix.weight_versions + output.weight_versions)
+
+
+def _apply(method: Callable[..., T], args: tuple, engine: Engine) -> T:
+    return method(engine, *args)
