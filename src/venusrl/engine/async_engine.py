@@ -192,7 +192,7 @@ class AsyncEngine:
     async def demoted_trajectories(self) -> frozenset[str]:
         if not self.demotions:
             return frozenset()
-        return (await self._run(self._on_engine_load)).demoted
+        return await self._run(self._on_engine_demoted)
 
     async def load(self) -> EngineLoad:
         return await self._run(self._on_engine_load)
@@ -216,7 +216,7 @@ class AsyncEngine:
     async def health(self) -> EngineHealth:
         if not self.alive:
             return EngineHealth(False, self.engine.weight_version, self.restarts, str(self._error or "stopped"))
-        version = (await self._run(Engine.typed_stats)).weight_version
+        version = await self._run(self._on_engine_version)
         return EngineHealth(True, version, self.restarts)
 
     async def shutdown(self) -> None:
@@ -241,10 +241,19 @@ class AsyncEngine:
         return output
 
     @staticmethod
+    def _on_engine_demoted(engine: Engine) -> frozenset[str]:
+        return frozenset(str(key) for key in engine.scheduler.demoted_trajectories())
+
+    @staticmethod
     def _on_engine_load(engine: Engine) -> EngineLoad:
         stats = engine.scheduler.stats()
-        demoted = engine.scheduler.demoted_trajectories() if engine.scheduler.counters.demotions else ()
-        return EngineLoad(stats.high_pressure, stats.kv_capacity_tokens, frozenset(str(k) for k in demoted))
+        demoted = AsyncEngine._on_engine_demoted(engine) if engine.scheduler.counters.demotions else frozenset()
+        return EngineLoad(stats.high_pressure, stats.kv_capacity_tokens, demoted)
+
+    @staticmethod
+    def _on_engine_version(engine: Engine) -> int:
+        return engine.weight_version
+
 
     def _abort_if_live(self, engine: Engine, request_id: str) -> None:
 
