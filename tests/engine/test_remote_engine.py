@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 import struct
+import time
 
 import pytest
 
@@ -62,9 +63,10 @@ def test_the_remote_engine_answers_like_the_in_process_one(two_engines, tiny_mod
         load, stats, health = await remote.load(), await remote.stats(), await remote.health()
         demoted = await remote.demoted_trajectories()
         released, again = await remote.release_trajectory("r"), await remote.release_trajectory("r")
-        return outputs, load, stats, health, demoted, released, again
+        steps = await remote.steps_since(0)
+        return outputs, load, stats, health, demoted, released, again, steps
 
-    outputs, load, stats, health, demoted, released, again = asyncio.run(scenario())
+    outputs, load, stats, health, demoted, released, again, steps = asyncio.run(scenario())
     final = outputs[-1]
     assert final.finished and final.finish_reason == "length" and final.prompt_len == len(prompt)
     assert final.output_ids == _in_process_reply(tiny_model_dir, prompt)
@@ -74,6 +76,8 @@ def test_the_remote_engine_answers_like_the_in_process_one(two_engines, tiny_mod
     assert isinstance(stats, EngineStats) and stats.live_trajectories >= 1
     assert health.alive and health.weight_version == 0
     assert (released, again) == (True, False)
+    assert sum(s.decode_seqs for s in steps.samples) >= GREEDY.max_new_tokens  # the module's engine ran others too
+    assert all(0 < s.ended_s <= time.monotonic() for s in steps.samples), "the engine's clock is this host's"
     info = remote.info()
     assert info.kv_capacity_tokens == 512 and info.page_size == 4 and info.vocab_size > max(prompt)
 
@@ -168,11 +172,13 @@ def test_bad_frames_get_a_clear_error_and_do_not_crash_the_engine(two_engines):
     not_json = asyncio.run(exchange(struct.pack(">4sIQ", b"VRL1", 3, 0) + b"{{{"))
     bad_field = asyncio.run(exchange(encode_bytes({"op": "release_trajectory", "id": 2, "trajectory_id": 5})))
     bad_tensor = asyncio.run(exchange(encode_bytes({"op": "stats", "id": 3, "tensors": [["k", "complex", [2]]]})))
+    bad_index = asyncio.run(exchange(encode_bytes({"op": "steps_since", "id": 4, "index": -1})))
     assert garbage["kind"] == "WireError" and "not a venusrl engine frame" in garbage["error"]
     assert unknown["id"] == 1 and "unknown op 'explode'" in unknown["error"]
     assert "header is not JSON" in not_json["error"]
     assert bad_field["id"] == 2 and "'trajectory_id'" in bad_field["error"] and "must be str" in bad_field["error"]
     assert "dtype 'complex'" in bad_tensor["error"]
+    assert bad_index["id"] == 4 and "index must be >= 0" in bad_index["error"]
     assert asyncio.run(remote.health()).alive
 
 

@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from venusrl.sim.cost_model import QWEN3_4B, QWEN3_32B, GpuSpec, StepSample, fit, preset
+from venusrl.engine.step_log import StepSample
+from venusrl.sim.cost_model import QWEN3_4B, QWEN3_32B, GpuSpec, fit, preset
 from venusrl.sim.predictor import NoisyLengthPredictor, log_spread
 
 

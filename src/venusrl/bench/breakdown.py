@@ -1,4 +1,5 @@
-"""Where an engine's time goes: every step it runs is timed and shaped, and the round's
+"""Where an engine's time goes: every step it runs is timed and shaped (the engine's own step
+log, `engine/step_log.py`, read over `EngineClient.steps_since`), and the round's
 engine-seconds are split into decode, prefill computed for the first time, recompute,
 wasted decode (discarded trajectories, tokens sampled for a request that was aborted before
 they were delivered) and idle.
@@ -12,57 +13,10 @@ wasted decode are then shares of prefill and decode time by their token counts.
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
-from venusrl.engine.batch import Batch
-from venusrl.engine.engine import Engine
-from venusrl.sim.cost_model import CostModel, StepSample, batch_shape
-
-
-@dataclass(slots=True)
-class StepLog:
-    """Times every step of one engine that ran a batch. Installed on the instance (the
-    engine thread calls `engine.step`), so nothing else is touched."""
-
-    engine: Engine
-    samples: list[StepSample] = field(default_factory=list)
-    ended: list[float] = field(default_factory=list)  # perf_counter() at the end of each sample's step
-
-    def __post_init__(self) -> None:
-        step, run = self.engine.step, self.engine.runner.run
-        shapes: list[Batch] = []
-
-        def recorded_run(batch: Batch):
-            shapes.append(batch)
-            return run(batch)
-
-        def timed_step():
-            started = time.perf_counter()
-            outputs = step()
-            seconds = time.perf_counter() - started
-            prefill, contexts = batch_shape(item for batch in shapes for item in batch.items)
-            shapes.clear()
-            if prefill or contexts:
-                self.samples.append(StepSample(prefill, len(contexts), sum(contexts), seconds))
-                self.ended.append(started + seconds)
-            return outputs
-
-        self.engine.runner.run = recorded_run
-        self.engine.step = timed_step
-
-    @property
-    def busy_s(self) -> float:
-        return sum(s.seconds for s in self.samples)
-
-    @property
-    def sampled_tokens(self) -> int:
-        return sum(s.decode_seqs for s in self.samples)
-
-    @property
-    def prefill_tokens(self) -> int:
-        return sum(s.prefill_tokens for s in self.samples)
+from venusrl.engine.step_log import StepSample
+from venusrl.sim.cost_model import CostModel
 
 
 def split_busy(samples: list[StepSample], cost: CostModel) -> tuple[float, float]:
@@ -73,8 +27,9 @@ def split_busy(samples: list[StepSample], cost: CostModel) -> tuple[float, float
         d = cost.fixed_s + cost.token_s * s.decode_seqs + cost.kv_token_s * s.kv_tokens
         if p + d <= 0:  # a cost model with nothing to price by: the step counts as decode
             p, d = 0.0, 1.0
-        prefill_s += p * s.seconds / (p + d)
-        decode_s += d * s.seconds / (p + d)
+        prefill_share = p / (p + d)  # a share first, then the seconds: no denormal product underflows
+        prefill_s += s.seconds * prefill_share
+        decode_s += s.seconds * (1 - prefill_share)
     return prefill_s, decode_s
 
 

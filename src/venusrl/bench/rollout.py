@@ -47,7 +47,7 @@ from typing import Any
 import torch
 from rich.progress import Progress
 
-from venusrl.bench.breakdown import StepLog, breakdown
+from venusrl.bench.breakdown import breakdown
 from venusrl.bench.report import emit
 from venusrl.bench.workload import HINT_NOISE, TURNS_EASY, TURNS_SIGMA, AgentTaskEnv, make_tasks
 from venusrl.coordinator.config import CoordinatorConfig, PredictorConfig
@@ -65,13 +65,14 @@ from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
 from venusrl.engine.process import EngineSpec
 from venusrl.engine.remote import spawn_engines
+from venusrl.engine.step_log import StepSample
 from venusrl.model.chat import load_tokenizer
 from venusrl.model.checkpoint import load_model
 from venusrl.model.tiny import make_tiny_model
 from venusrl.rollout.config import RolloutConfig
 from venusrl.rollout.slots import SlotMode
 from venusrl.rollout.worker import RolloutWorker, next_ready
-from venusrl.sim.cost_model import StepSample, fit
+from venusrl.sim.cost_model import fit
 from venusrl.sim.trainer import StreamingTrainerClock
 from venusrl.trace import recorded_trace
 from venusrl.types import Prompt
@@ -174,19 +175,17 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
                  predictor: BackgroundPredictor | None = None, trace: bool = False, placement: str = "in_process",
                  temperature: float = 1.0, replies: dict | None = None) -> Round:
     """N training steps of `mode` with a trainer taking `trainer_s` per step; with `replies`,
-    every finished engine request's prompt and output go there. Engines in their own
-    processes (`placement: process`) have no step log: the round's figures then lack the
-    engine-step breakdown (`step_log: false`)."""
+    every finished engine request's prompt and output go there. The engines' step logs come
+    over `EngineClient.steps_since` wherever they run (one host: their clocks compare)."""
     setup = SETUPS[mode]
     engine_config = EngineConfig(kv_capacity_tokens=case.kv_tokens_per_engine, page_size=1,
                                  cache_policy=setup.cache_policy, demotion=setup.demotion)
     if placement == "in_process":
-        engines = [Engine.from_pretrained(model_dir, engine_config) for _ in range(case.engines)]
-        logs = [StepLog(e) for e in engines]
-        async_engines: list[EngineClient] = [AsyncEngine(e) for e in engines]
+        async_engines: list[EngineClient] = [AsyncEngine(Engine.from_pretrained(model_dir, engine_config))
+                                             for _ in range(case.engines)]
     else:
         spec = EngineSpec(model_dir=str(model_dir), engine=engine_config, torch_threads=torch.get_num_threads())
-        logs, async_engines = [], list(await asyncio.to_thread(spawn_engines, [spec] * case.engines))
+        async_engines = list(await asyncio.to_thread(spawn_engines, [spec] * case.engines))
     weights = load_model(model_dir).state_dict()
     if replies is not None:
         async_engines = [RecordingClient(e, replies) for e in async_engines]
@@ -205,7 +204,7 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
     gradient_s = trainer_s * case.gradient_fraction / case.batch_groups
     optimizer_s = trainer_s * (1 - case.gradient_fraction)
     stop = asyncio.Event()
-    started = time.perf_counter()
+    started = time.monotonic()  # the engines' step logs' clock
     running = asyncio.create_task(worker.run(stop=stop))
     first_batch, step_done, trained, in_flight = None, [], [], 0
     try:
@@ -217,15 +216,16 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
                     raise RuntimeError("the rollout stopped before every step's batch was ready")
                 trained.append(group)
                 in_flight = max(in_flight, coordinator.in_flight)
-                done_at = trainer.add_group(time.perf_counter() - started, gradient_s, optimizer_s)
+                done_at = trainer.add_group(time.monotonic() - started, gradient_s, optimizer_s)
             if first_batch is None:
-                first_batch = time.perf_counter() - started
-            await asyncio.sleep(max(0.0, done_at - (time.perf_counter() - started)))
+                first_batch = time.monotonic() - started
+            await asyncio.sleep(max(0.0, done_at - (time.monotonic() - started)))
             await asyncio.gather(*(e.update_weights(weights, version) for e in async_engines))
 
             worker.on_weight_version(version)
-            step_done.append(time.perf_counter() - started)
+            step_done.append(time.monotonic() - started)
         stats = [await e.stats() for e in async_engines]
+        logs = [(await e.steps_since(0)).samples for e in async_engines]
     finally:
         stop.set()
         await asyncio.gather(running, return_exceptions=True)
@@ -235,12 +235,12 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
     if span > case.max_version_span or in_flight > coordinator.window:
         raise AssertionError(f"{mode}: version span {span} or {in_flight} groups in flight broke the bounds")
     end = started + step_done[-1]
-    samples = [s for log in logs for s, ended in zip(log.samples, log.ended, strict=True) if ended <= end]
-    sampled = sum(log.sampled_tokens for log in logs)
+    samples = [s for log in logs for s in log if s.ended_s <= end]
+    sampled = sum(s.decode_seqs for log in logs for s in log)
     tokens = {
         "sampled": sampled,
         "trained": sum(t.generated_tokens for g in trained for t in g.trajectories),
-        "prefill_computed": sum(log.prefill_tokens for log in logs),
+        "prefill_computed": sum(s.prefill_tokens for log in logs for s in log),
         "recomputed": sum(s.recomputed_tokens for s in stats),
         "discarded": coordinator.counts.discarded_tokens,
         "aborted_unseen": max(0, sampled - worker.tokens.kept - worker.tokens.cancelled),
@@ -265,7 +265,6 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         "hit_rate": sum(s.cached_tokens for s in stats) / max(1, sum(s.prompt_tokens for s in stats)),
         "engine_s": case.engines * step_done[-1],
         "placement": placement,
-        "step_log": bool(logs),
     }
     if trace:  # every group the round admitted, each once
         groups = {g.id: g for g in [*trained, *coordinator.untrained_groups(), *coordinator.running_groups()]}
@@ -273,12 +272,13 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
     return Round(figures, samples)
 
 
-def _calibrate(model_dir: Path, case: RolloutCase) -> tuple[float, list[Example]]:
+def _calibrate(model_dir: Path, case: RolloutCase, placement: str) -> tuple[float, list[Example]]:
     """T_batch (action_level, instant trainer) and the examples of the round's finished
     trajectories, on tasks no timed round uses."""
     recorder = RecordingPredictor(GroupHistoryPredictor())
     try:
-        calibration = asyncio.run(_round(model_dir, case, "action_level", 0.0, tasks(case, case.seed + 1000), recorder))
+        calibration = asyncio.run(_round(model_dir, case, "action_level", 0.0, tasks(case, case.seed + 1000), recorder,
+                                         placement=placement))
     finally:
         recorder.close()
     return calibration.figures["time_to_last_step_s"] / case.steps, recorder.examples
@@ -352,9 +352,11 @@ FULL = RolloutCase(batch_groups=8, group_size=4, async_factor=1.5, engines=2, sl
                    repeats=3, other_factor_repeats=1)
 
 
-def run(quick: bool, trace: bool = False, case: RolloutCase | None = None) -> dict[str, Any]:
-    """Every mode at every trainer factor, `case.repeats` times, interleaved; with `trace`,
-    each round carries its turns as simulator trace rows (the validation replays them)."""
+def run(quick: bool, trace: bool = False, case: RolloutCase | None = None, placement: str = "process") -> dict[str, Any]:
+    """Every mode at every trainer factor, `case.repeats` times, interleaved, with the engines
+    placed as `placement` (process: each in its own OS process, as engines on their own
+    accelerators run; in_process: threads of this one, sharing its GIL); with `trace`, each
+    round carries its turns as simulator trace rows (the validation replays them)."""
     case = case or (QUICK if quick else FULL)
     torch.set_num_threads(1)  # one core per engine thread
     result: dict[str, Any] = {
@@ -366,6 +368,7 @@ def run(quick: bool, trace: bool = False, case: RolloutCase | None = None) -> di
                      "tool_latency": f"Exponential, mean {case.tool_latency_mean_s}s"},
         "setups": {mode: asdict(setup) for mode, setup in SETUPS.items()},
         "machine": "shared: timings carry the load of other processes; see the per-repeat spread",
+        "engine_placement": placement,
     }
     cells: dict[float, dict[str, list[Round]]] = {f: {m: [] for m in MODES} for f in case.trainer_factors}
     recorders: list[RecordingPredictor] = []
@@ -374,7 +377,7 @@ def run(quick: bool, trace: bool = False, case: RolloutCase | None = None) -> di
         rounds = sum(case.repeats if f == case.headline_factor else min(case.repeats, case.other_factor_repeats)
                      for f in case.trainer_factors)
         task = progress.add_task("rollout bench", total=1 + len(MODES) * rounds)
-        batch_s, train_examples = _calibrate(model_dir, case)
+        batch_s, train_examples = _calibrate(model_dir, case, placement)
         progress.advance(task)
         predictor_path = Path(tmp) / "predictor.safetensors"
         learned = make_predictor(PredictorConfig(kind="learned"))
@@ -392,7 +395,8 @@ def run(quick: bool, trace: bool = False, case: RolloutCase | None = None) -> di
                     predictor = RecordingPredictor(make_predictor(trained)) if mode == "venus" else None
                     try:
                         cells[factor][mode].append(asyncio.run(_round(
-                            model_dir, case, mode, factor * batch_s, tasks(case, prompts_seed), predictor, trace)))
+                            model_dir, case, mode, factor * batch_s, tasks(case, prompts_seed), predictor, trace,
+                            placement)))
                     finally:
                         if predictor is not None:
                             predictor.close()
@@ -419,9 +423,9 @@ def run(quick: bool, trace: bool = False, case: RolloutCase | None = None) -> di
     return result
 
 
-def run_case(quick: bool, **overrides: Any) -> dict[str, Any]:
+def run_case(quick: bool, placement: str = "process", **overrides: Any) -> dict[str, Any]:
     """`run` on the quick or full case with some fields replaced (a sweep cell)."""
-    return run(quick, case=replace(QUICK if quick else FULL, **overrides))
+    return run(quick, case=replace(QUICK if quick else FULL, **overrides), placement=placement)
 
 
 # Slots per engine (trajectories in flight per slot: 12, 6, 3) x KV budget per engine (tight:
@@ -430,13 +434,13 @@ SWEEP_SLOTS = (1, 2, 4)
 SWEEP_KV_TOKENS = (1500, 6000)
 
 
-def sweep() -> dict[str, Any]:
+def sweep(placement: str = "process") -> dict[str, Any]:
     """The quick case at its trainer factor in every (slots, KV budget) cell, one repeat
     each: where venus wins and where it loses."""
     cells = []
     for slots in SWEEP_SLOTS:
         for kv in SWEEP_KV_TOKENS:
-            result = run_case(True, slots_per_engine=slots, kv_tokens_per_engine=kv)
+            result = run_case(True, placement, slots_per_engine=slots, kv_tokens_per_engine=kv)
             in_flight = result["venus"]["rounds"][0]["window"] * QUICK.group_size
             cells.append({
                 "slots_per_engine": slots, "kv_tokens_per_engine": kv,
@@ -447,7 +451,7 @@ def sweep() -> dict[str, Any]:
                 "recompute_fraction": {m: result[m]["breakdown"]["fractions"]["recompute"] for m in MODES},
                 "venus_wins": {b: result[f"end_to_end_speedup_vs_{b}"] > 1.0 for b in BASELINES},
             })
-    return {"case": asdict(QUICK), "cells": cells,
+    return {"case": asdict(QUICK), "cells": cells, "engine_placement": placement,
             "machine": "shared: one repeat per cell, so read a cell's figure with the headline's spread"}
 
 
@@ -478,8 +482,9 @@ def greedy_check(quick: bool, placement: str) -> dict[str, Any]:
             "machine": "shared; one round each: the times are not a comparison"}
 
 
-def main(quick: bool, json_out: Path | None, sweep_cells: bool = False, engine_placement: str = "in_process") -> None:
-    if engine_placement != "in_process":
+def main(quick: bool, json_out: Path | None, sweep_cells: bool = False, engine_placement: str = "process",
+         greedy: bool = False) -> None:
+    if greedy:
         emit({"greedy_check": greedy_check(quick, engine_placement)}, json_out)
         return
-    emit(sweep() if sweep_cells else run(quick), json_out)
+    emit(sweep(engine_placement) if sweep_cells else run(quick, placement=engine_placement), json_out)

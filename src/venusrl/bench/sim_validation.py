@@ -3,9 +3,8 @@ tiny-model engine, against the measured rounds of `venusrl bench rollout` at its
 trainer time: time to the first B groups and time to the N-th step.
 
 1. Fit: `CostModel` fitted by the benchmark to the steps of its own engines during its
-   rounds (`bench.breakdown.StepLog`): they share one process (one GIL) with each other and
-   with the rollout worker, and a step there costs about twice what it costs alone. A
-   step's shape is read from the batch its runner got (`batch_shape`), so cached prefix
+   rounds (each engine's step log, `EngineClient.steps_since`; by default each engine in its
+   own process, so a step's time is not another engine's GIL wait). A step's shape is read from the batch its runner got (`batch_shape`), so cached prefix
    tokens are not counted as work.
 2. Workload: each measured round replays its own turns (`bench.run(trace=True)`). The random
    model's turns are not the tasks' plan: a turn with a malformed tool call gets the parser's

@@ -101,8 +101,11 @@ def bench_rollout(
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
     sweep: Annotated[bool, typer.Option("--sweep", help="the quick case over 3 slot counts x 2 KV budgets instead")] = False,
     engine_placement: Annotated[str, typer.Option(
-        help="process: instead, venus's round at temperature 0 with each engine in its own process against the "
-        "same with engines in process; every prompt both sent must get the same greedy reply")] = "in_process",
+        help="process: each engine in its own OS process (as on its own accelerator); in_process: threads of "
+        "the bench's process, sharing its GIL")] = "process",
+    greedy_check: Annotated[bool, typer.Option(
+        "--greedy-check", help="instead, venus's round at temperature 0 with the engines placed as "
+        "--engine-placement against the same in process: every prompt both sent must get the same reply")] = False,
 ) -> None:
     """Time to N training steps with the trainer in the loop: trajectory-level vs
     action-level vs venus scheduling, the engine-time breakdown and predictor accuracy."""
@@ -110,4 +113,7 @@ def bench_rollout(
 
     if engine_placement not in ("in_process", "process"):
         raise typer.BadParameter(f"{engine_placement!r}: choose in_process or process", param_hint="--engine-placement")
-    main(quick, json_out, sweep, engine_placement)
+    if greedy_check and engine_placement == "in_process":
+        raise typer.BadParameter("--greedy-check compares a placement with in_process: choose process",
+                                 param_hint="--engine-placement")
+    main(quick, json_out, sweep, engine_placement, greedy_check)

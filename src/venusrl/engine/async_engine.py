@@ -37,6 +37,7 @@ from venusrl.engine.client import (
 from venusrl.engine.engine import Engine, RequestOutput
 from venusrl.engine.kv_pool import HostKV
 from venusrl.engine.stats import EngineStats
+from venusrl.engine.step_log import StepLogSlice
 from venusrl.types import Priority, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -199,6 +200,9 @@ class AsyncEngine:
 
     async def stats(self) -> EngineStats:
         return await self._run(Engine.typed_stats)
+
+    async def steps_since(self, index: int) -> StepLogSlice:
+        return await self._run(Engine.steps_since, index)
 
     async def export_prefix(self, token_ids: list[int]) -> PrefixKV:
         tokens, kv = await self._run(Engine.export_prefix, list(token_ids))

@@ -22,6 +22,7 @@ import torch
 from venusrl.engine.engine import RequestOutput
 from venusrl.engine.kv_pool import HostKV
 from venusrl.engine.stats import EngineStats
+from venusrl.engine.step_log import StepLogSlice
 from venusrl.types import Priority, SamplingParams
 
 
@@ -97,6 +98,11 @@ class EngineClient(Protocol):
     async def load(self) -> EngineLoad: ...
 
     async def stats(self) -> EngineStats: ...
+
+    async def steps_since(self, index: int) -> StepLogSlice:
+        """The engine's timed steps from `index` on (`engine/step_log.py`): poll with the last
+        slice's `next_index` to read only what is new."""
+        ...
 
     async def export_prefix(self, token_ids: list[int]) -> PrefixKV: ...
 

@@ -26,6 +26,7 @@ from venusrl.engine.request import PartialOutput
 from venusrl.engine.runner import ModelRunner
 from venusrl.engine.scheduler import Scheduler
 from venusrl.engine.stats import EngineStats
+from venusrl.engine.step_log import StepLog, StepLogSlice
 from venusrl.model.causal_lm import CausalLM
 from venusrl.model.chat import ChatTokenizer, load_tokenizer
 from venusrl.model.checkpoint import load_model
@@ -84,6 +85,7 @@ class Engine:
         self._pending_weights: tuple[dict[str, torch.Tensor], int] | None = None
         self._tracked: dict[str, _Tracked] = {}
         self._ids = itertools.count()
+        self.step_log = StepLog()  # every step that computed something, timed (its whole `step()`)
         self.eos_token_ids = tuple(tokenizer.eos_token_ids if tokenizer else model.args.eos_token_ids)
 
     @classmethod
@@ -179,6 +181,7 @@ class Engine:
         fresh = Engine(model, self.config, self.tokenizer, self.seed + 1, self.clock)
         fresh.weight_version, fresh._pending_weights = self.weight_version, self._pending_weights
         fresh._ids = self._ids  # re-issued requests keep their ids: new ones must not collide
+        fresh.step_log = self.step_log
         for trajectory_id, priority in trajectories.items():
             fresh.start_trajectory(trajectory_id, priority)
         log.warning("engine rebuilt at weight version %d with %d live trajectories", fresh.weight_version,
@@ -192,6 +195,7 @@ class Engine:
     # ---- one iteration -------------------------------------------------------------------
 
     def step(self) -> list[RequestOutput]:
+        started = time.monotonic()
         updated = self._pending_weights is not None
         if updated:
             state_dict, version = self._pending_weights
@@ -225,7 +229,11 @@ class Engine:
             if request_id not in finished:
                 outputs.append(self._delta(request_id, finished=False, reason=None))
         self._settle_if_drained()
+        self.step_log.record(batch.items, started, time.monotonic())
         return outputs
+
+    def steps_since(self, index: int) -> StepLogSlice:
+        return self.step_log.since(index)
 
     def run_to_completion(self) -> dict[str, RequestOutput]:
         """Step until no request is left; the final output of each request."""

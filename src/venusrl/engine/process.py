@@ -51,6 +51,7 @@ from venusrl.engine.wire import (
     priority_of,
     read_frame,
     sampling_of,
+    steps_to_wire,
     token_ids_of,
 )
 
@@ -166,7 +167,8 @@ class _Connection:
         self.handlers: dict[str, Callable[[dict[str, Any], Frame], Awaitable[Any]]] = {
             "abort": self._abort, "start_trajectory": self._start_trajectory,
             "release_trajectory": self._release_trajectory, "demoted_trajectories": self._demoted,
-            "load": self._load, "stats": self._stats, "export_prefix": self._export_prefix,
+            "load": self._load, "stats": self._stats, "steps_since": self._steps_since,
+            "export_prefix": self._export_prefix,
             "import_prefix": self._import_prefix, "send_prefix": self._send_prefix,
             "update_weights": self._update_weights, "health": self._health, "shutdown": self._shutdown,
         }
@@ -307,6 +309,12 @@ class _Connection:
 
     async def _stats(self, header, frame):
         return (await self.engine.stats()).to_dict()
+
+    async def _steps_since(self, header, frame):
+        index = field_of(header, "index", int)
+        if index < 0:
+            raise WireError(f"steps_since: index must be >= 0, got {index}")
+        return steps_to_wire(await self.engine.steps_since(index))
 
     async def _export_prefix(self, header, frame):
         prefix = await self.engine.export_prefix(token_ids_of(header))

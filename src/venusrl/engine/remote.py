@@ -41,6 +41,7 @@ from venusrl.engine.client import (
 from venusrl.engine.engine import RequestOutput
 from venusrl.engine.kv_pool import HostKV
 from venusrl.engine.stats import EngineStats
+from venusrl.engine.step_log import StepLogSlice
 from venusrl.engine.wire import (
     WireError,
     address_of,
@@ -51,6 +52,7 @@ from venusrl.engine.wire import (
     read_frame,
     sampling_to_wire,
     stats_of,
+    steps_of,
 )
 from venusrl.types import Priority, SamplingParams
 
@@ -275,6 +277,9 @@ class RemoteEngine:
 
     async def stats(self) -> EngineStats:
         return stats_of(await self._conn().call("stats"))
+
+    async def steps_since(self, index: int) -> StepLogSlice:
+        return steps_of(await self._conn().call("steps_since", index=index))
 
     async def export_prefix(self, token_ids: list[int]) -> PrefixKV:
         tokens, tensors = await self._conn().call("export_prefix", token_ids=list(token_ids))

@@ -52,6 +52,7 @@ from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import RequestOutput
 from venusrl.engine.kv_pool import HostKV
 from venusrl.engine.stats import EngineStats
+from venusrl.engine.step_log import StepLogSlice
 from venusrl.engine.vllm_args import engine_args, vllm_params
 from venusrl.engine.vllm_stats import StatsCollector
 from venusrl.types import Priority, SamplingParams
@@ -239,6 +240,11 @@ class VLLMEngine:
     async def stats(self) -> EngineStats:
         return self._stats.engine_stats(self.kv_capacity_tokens, self._high_pressure(), len(self._trajectories),
                                         self._version)
+
+    async def steps_since(self, index: int) -> StepLogSlice:
+        """Not kept: vLLM's engine core runs its steps where no call of ours can time them (its
+        stat loggers get each step's token counts, not its duration)."""
+        raise NotImplementedError("the vLLM backend keeps no step log (vLLM reports no step durations)")
 
     async def export_prefix(self, token_ids: list[int]) -> PrefixKV:
         """No KV leaves a vLLM engine here: vLLM exposes its KV only through KV connectors

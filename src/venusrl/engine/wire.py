@@ -33,6 +33,7 @@ import torch
 from venusrl.engine.client import EngineHealth, EngineInfo, EngineLoad
 from venusrl.engine.engine import RequestOutput
 from venusrl.engine.stats import EngineStats
+from venusrl.engine.step_log import StepLogSlice, StepSample
 from venusrl.types import Priority, SamplingParams
 
 MAGIC = b"VRL1"
@@ -201,6 +202,15 @@ def output_to_wire(stream_id: int, output: RequestOutput, sent: int) -> dict[str
 
 def stats_of(fields: Mapping[str, Any]) -> EngineStats:
     return EngineStats(**fields)
+
+
+def steps_to_wire(steps: StepLogSlice) -> dict[str, Any]:
+    return {"start": steps.start, "samples": [[s.prefill_tokens, s.decode_seqs, s.kv_tokens, s.seconds, s.ended_s]
+                                              for s in steps.samples]}
+
+
+def steps_of(fields: Mapping[str, Any]) -> StepLogSlice:
+    return StepLogSlice(fields["start"], tuple(StepSample(*row) for row in fields["samples"]))
 
 
 def load_to_wire(load: EngineLoad) -> dict[str, Any]:

@@ -15,12 +15,11 @@ them from measured steps instead (the validation fits the tiny model on this CPU
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-from venusrl.engine.batch import ScheduledRequest
+from venusrl.engine.step_log import StepSample
 
 
 @dataclass(slots=True, frozen=True)
@@ -104,35 +103,6 @@ def preset(model: str, tp: int, gpu: GpuSpec = H100) -> CostModel:
         kv_capacity_tokens=int(kv_pool_bytes // spec.kv_bytes_per_token),
         gpus=tp,
     )
-
-
-def computes_prefill(item: ScheduledRequest) -> bool:
-    """A prefill chunk (the last one of a prompt also samples), not a one-token decode step."""
-    return len(item.token_ids) > 1 or not item.sample
-
-
-def batch_shape(items: Iterable[ScheduledRequest]) -> tuple[int, list[int]]:
-    """(prefill tokens, context length of every sampled sequence) of one step's batch, as the
-    cost model prices it: every token of a prefill chunk is computed; every sampled item is
-    one decode sequence that reads its context. The real engine's measured steps and the
-    simulated ones are both shaped by this."""
-    prefill, contexts = 0, []
-    for item in items:
-        if item.sample:
-            contexts.append(item.positions[-1])
-        if computes_prefill(item):
-            prefill += len(item.token_ids)
-    return prefill, contexts
-
-
-@dataclass(slots=True, frozen=True)
-class StepSample:
-    """One measured forward step."""
-
-    prefill_tokens: int
-    decode_seqs: int
-    kv_tokens: int
-    seconds: float
 
 
 def fit(samples: list[StepSample], kv_capacity_tokens: int, reload_token_s: float = 0.0) -> CostModel:

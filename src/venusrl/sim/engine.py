@@ -22,7 +22,8 @@ from venusrl.engine.client import EngineLoad
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.request import PartialOutput
 from venusrl.engine.scheduler import Scheduler
-from venusrl.sim.cost_model import CostModel, batch_shape, computes_prefill
+from venusrl.engine.step_log import batch_shape, computes_prefill
+from venusrl.sim.cost_model import CostModel
 from venusrl.sim.events import EventLoop
 from venusrl.types import Priority, SamplingParams
 
