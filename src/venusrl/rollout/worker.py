@@ -323,11 +323,17 @@ class RolloutWorker:
 
     async def _acquire(self, trajectory_id: int) -> None:
         """Until the trajectory holds a slot on its engine (re-read each time: a move changes
-        it; a preempted waiter woken by a grant may have lost the slot again)."""
+        it; a preempted waiter woken by a grant may have lost the slot again). A preempted turn
+        is queued by the core at once, so an idle engine may steal it before its driver gets
+        here: then it waits for the move to land (`_move` wakes it) and asks on the target."""
         while True:
             engine = self.core.engine_of[trajectory_id]
             if trajectory_id in self.core.slots[engine].holders:
                 return
+            if trajectory_id in self.core.moving:
+                await self._grants.setdefault(trajectory_id, asyncio.Event()).wait()
+                self._grants.pop(trajectory_id, None)
+                continue
             asked = self.core.wants_demoted(trajectory_id)
             if asked is not None:
                 self.core.demoted(asked, await self.engines[asked].demoted_trajectories())
