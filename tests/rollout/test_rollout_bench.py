@@ -32,6 +32,9 @@ def test_quick_rollout_bench_reports_the_end_to_end_run_of_every_mode():
         assert abs(sum(result["breakdown"][name]["fractions"].values()) - 1) < 0.01
         assert result["steady_step_s"][name] == only["steady_step_s"]
     assert result["trajectory_level"]["rounds"][0]["preemptions"] == result["action_level"]["rounds"][0]["preemptions"] == 0
+    assert result["venus_no_moves"]["rounds"][0]["migrations"] == 0
+    assert 0 < result["venus_no_moves_end_to_end_speedup_vs_action_level"] == headline[
+        "venus_no_moves_end_to_end_speedup_vs_action_level"]
     for baseline in ("action_level", "trajectory_level"):
         ratio = result[baseline]["time_to_last_step_s"] / result["venus"]["time_to_last_step_s"]
         assert result[f"end_to_end_speedup_vs_{baseline}"] == pytest.approx(ratio)

@@ -7,7 +7,8 @@ turns of each trajectory; the prompt shows it only as a noisy hint; the environm
 answers every turn after an exponential tool latency. Each mode runs as its real
 counterpart: the baselines on SGLang's LRU radix cache with no priority, venus with the
 coordinator's default policy (`scheduler.policy: venus`), its learned length predictor,
-tiered KV residency, demotion and orchestration.
+tiered KV residency, demotion and orchestration; `venus_no_moves` is venus with
+`rollout.orchestration: false` (no turn moves between engines), reported beside it.
 
 The trainer: a streaming trainer whose time per step is `factor` x T_batch, T_batch being
 the measured mean rollout time of one batch (time to N batches / N, action_level, instant
@@ -107,16 +108,20 @@ class ModeSetup:
     policy: str
     cache_policy: str
     demotion: bool
+    orchestration: bool = False  # moves between engines (`rollout.orchestration`; priority slots only)
 
 
 VENUS_POLICY = CoordinatorConfig.model_fields["policy"].default  # what `scheduler.policy: venus` ranks with
 SETUPS = {
     "trajectory_level": ModeSetup("trajectory_level", "action_level", "lru", demotion=False),
     "action_level": ModeSetup("action_level", "action_level", "lru", demotion=False),
-    "venus": ModeSetup("priority", VENUS_POLICY, "tiers", demotion=True),
+    "venus": ModeSetup("priority", VENUS_POLICY, "tiers", demotion=True, orchestration=True),
+    # venus with `rollout.orchestration: false`: what its moves between engines buy or cost here
+    "venus_no_moves": ModeSetup("priority", VENUS_POLICY, "tiers", demotion=True, orchestration=False),
 }
 MODES = tuple(SETUPS)
 BASELINES = ("action_level", "trajectory_level")
+VARIANTS = {"venus": "", "venus_no_moves": "venus_no_moves_"}  # venus's modes -> prefix of their speedup keys
 
 
 class RecordingPredictor(BackgroundPredictor):
@@ -195,7 +200,7 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
                                prior_tokens_per_turn=case.tokens_per_turn)
     coordinator = DataCoordinator(config, prompts)
     rollout = RolloutConfig(max_turns=case.max_turns + 1, max_new_tokens_per_turn=case.tokens_per_turn,
-                            temperature=temperature)
+                            temperature=temperature, orchestration=setup.orchestration)
     ready: asyncio.Queue = asyncio.Queue()
     worker = RolloutWorker(coordinator, async_engines, load_tokenizer(model_dir), partial(AgentTaskEnv, Counter()), rollout,
                            slots=case.slots_per_engine, mode=setup.slot_mode, predictor=predictor,
@@ -316,29 +321,31 @@ def _summary(rounds: list[Round], cost) -> dict[str, Any]:
     }
 
 
-def _ratios(result: dict[str, Any], baseline: str, key: str) -> list[float]:
-    return [b[key] / v[key] for b, v in zip(result[baseline]["rounds"], result["venus"]["rounds"], strict=True)]
+def _ratios(result: dict[str, Any], baseline: str, key: str, variant: str = "venus") -> list[float]:
+    return [b[key] / v[key] for b, v in zip(result[baseline]["rounds"], result[variant]["rounds"], strict=True)]
 
 
 WASTE = ("idle", "recompute", "wasted_discarded", "wasted_aborted")
 
 
 def _speedups(cell: dict[str, Any]) -> dict[str, Any]:
-    """Per baseline: venus's paired speedups (median, per repeat, min, max), and the most any
-    schedule could gain on the baseline's engine time by removing all of its idle,
-    recompute and wasted decode (`waste_bound_vs_*`, the accounting a target is checked
-    against)."""
+    """Per baseline: venus's paired speedups (median, per repeat, min, max; `venus_no_moves_`
+    keys for venus without moves), and the most any schedule could gain on the baseline's
+    engine time by removing all of its idle, recompute and wasted decode
+    (`waste_bound_vs_*`, the accounting a target is checked against)."""
     out: dict[str, Any] = {}
     for baseline in BASELINES:
         waste = sum(cell[baseline]["breakdown"]["fractions"][k] for k in WASTE)
         out[f"waste_bound_vs_{baseline}"] = 1 / max(1e-9, 1 - waste)
-        for name, key in (("end_to_end", "time_to_last_step_s"), ("first_batch", "time_to_first_batch_s"),
-                          ("steady_step", "steady_step_s")):
-            ratios = _ratios(cell, baseline, key)
-            out[f"{name}_speedup_vs_{baseline}"] = statistics.median(ratios)
-            out[f"{name}_speedup_vs_{baseline}_per_repeat"] = ratios
-            out[f"{name}_speedup_vs_{baseline}_min"] = min(ratios)
-            out[f"{name}_speedup_vs_{baseline}_max"] = max(ratios)
+        for variant, prefix in VARIANTS.items():
+            for name, key in (("end_to_end", "time_to_last_step_s"), ("first_batch", "time_to_first_batch_s"),
+                              ("steady_step", "steady_step_s")):
+                ratios = _ratios(cell, baseline, key, variant)
+                figure = f"{prefix}{name}_speedup_vs_{baseline}"
+                out[figure] = statistics.median(ratios)
+                out[f"{figure}_per_repeat"] = ratios
+                out[f"{figure}_min"] = min(ratios)
+                out[f"{figure}_max"] = max(ratios)
     return out
 
 
@@ -392,7 +399,7 @@ def run(quick: bool, trace: bool = False, case: RolloutCase | None = None, place
                     continue
                 order = MODES[repeat % len(MODES):] + MODES[: repeat % len(MODES)]
                 for mode in order:
-                    predictor = RecordingPredictor(make_predictor(trained)) if mode == "venus" else None
+                    predictor = RecordingPredictor(make_predictor(trained)) if mode in VARIANTS else None
                     try:
                         cells[factor][mode].append(asyncio.run(_round(
                             model_dir, case, mode, factor * batch_s, tasks(case, prompts_seed), predictor, trace,
@@ -445,7 +452,8 @@ def sweep(placement: str = "process") -> dict[str, Any]:
             cells.append({
                 "slots_per_engine": slots, "kv_tokens_per_engine": kv,
                 "trajectories_per_slot": in_flight / (slots * QUICK.engines),
-                **{k: v for k, v in result.items() if k.startswith("end_to_end_speedup_vs_") and "_per_repeat" not in k},
+                **{k: v for k, v in result.items() if k.removeprefix(VARIANTS["venus_no_moves"]).startswith(
+                    "end_to_end_speedup_vs_") and "_per_repeat" not in k},
                 "time_to_last_step_s": {m: result[m]["time_to_last_step_s"] for m in MODES},
                 "idle_fraction": {m: result[m]["breakdown"]["fractions"]["idle"] for m in MODES},
                 "recompute_fraction": {m: result[m]["breakdown"]["fractions"]["recompute"] for m in MODES},

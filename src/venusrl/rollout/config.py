@@ -15,6 +15,11 @@ class RolloutConfig(Section):
     tool_timeout_s: float = Field(30.0, gt=0, description="per tool step; a timeout becomes an observation")
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
+    orchestration: bool = Field(
+        True, description="venus's moves between engines (priority slots, more than one engine): an engine whose "
+        "slots would idle takes a turn queued on another, and waiting HIGH turns leave an engine past "
+        "orchestration_threshold, each with its prefix KV; off where a move costs more than a queued turn waits "
+        "(engines sharing CPUs, a slow KV transport)")
     orchestration_threshold: float = Field(
         0.9, gt=0, description="HIGH KV pressure past which an engine's waiting HIGH turns move to another engine")
     orchestration_interval_s: float = Field(0.1, gt=0, description="how often engine pressure is checked")

@@ -97,7 +97,8 @@ class RolloutWorker:
         self.engines = engines if isinstance(engines, list) else [engines]
         self.env_factory, self.config, self.clock = env_factory, config, clock
         self.mode = mode
-        self.core = RolloutCore(coordinator, len(self.engines), slots, mode, program_aware=program_aware)
+        self.core = RolloutCore(coordinator, len(self.engines), slots, mode, orchestration=config.orchestration,
+                                program_aware=program_aware)
         self.ready: list[Group] = []
         self.dropped: list[Prompt] = []
         self.preemptions = 0

@@ -185,6 +185,8 @@ class SimWorker:
         self._apply(self.coordinator.on_prediction(t.id, self.loop.now, remaining, at_generated))
 
     def _request_slot(self, t: SimTrajectory) -> None:
+        if t.id in self.core.moving:  # it asks on the target once its KV lands (`_arrive`), as the real worker
+            return
         t.phase = Phase.WAITING_SLOT
         asked = self.core.wants_demoted(t.id)
         if asked is not None:  # demotions change per iteration: the engine says which hold now
