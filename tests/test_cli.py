@@ -51,3 +51,12 @@ def test_console_script_and_module_entry_point():
     for command in ([str(script), "--help"], [sys.executable, "-m", "venusrl", "--help"]):
         out = subprocess.run(command, capture_output=True, text=True)
         assert out.returncode == 0 and "model" in out.stdout
+
+
+def test_bench_rollout_refuses_case_overrides_outside_the_timed_table():
+    for extra in (["--sweep"], ["--greedy-check"]):
+        result = runner.invoke(app, ["bench", "rollout", "--slots-per-engine", "1", *extra])
+        said = " ".join(result.output.replace("│", " ").split())  # the error box wraps its lines
+        assert result.exit_code == 2 and "case overrides apply to the timed table" in said, result.output
+    result = runner.invoke(app, ["bench", "rollout", "--slots-per-engine", "0"])
+    assert result.exit_code == 2 and "slots-per-engine" in result.output

@@ -491,8 +491,9 @@ def greedy_check(quick: bool, placement: str) -> dict[str, Any]:
 
 
 def main(quick: bool, json_out: Path | None, sweep_cells: bool = False, engine_placement: str = "process",
-         greedy: bool = False) -> None:
+         greedy: bool = False, overrides: dict[str, Any] | None = None) -> None:
+    """`overrides`: case fields replaced (`--slots-per-engine` and the like) for the timed table."""
     if greedy:
         emit({"greedy_check": greedy_check(quick, engine_placement)}, json_out)
         return
-    emit(sweep(engine_placement) if sweep_cells else run(quick, placement=engine_placement), json_out)
+    emit(sweep(engine_placement) if sweep_cells else run_case(quick, engine_placement, **(overrides or {})), json_out)

@@ -106,6 +106,9 @@ def bench_rollout(
     greedy_check: Annotated[bool, typer.Option(
         "--greedy-check", help="instead, venus's round at temperature 0 with the engines placed as "
         "--engine-placement against the same in process: every prompt both sent must get the same reply")] = False,
+    slots_per_engine: Annotated[int | None, typer.Option(min=1, help="replace the case's generation slots per engine")] = None,
+    kv_tokens_per_engine: Annotated[int | None, typer.Option(min=64, help="replace the case's KV pool per engine")] = None,
+    repeats: Annotated[int | None, typer.Option(min=1, help="replace the case's paired repeats at the headline trainer factor")] = None,
 ) -> None:
     """Time to N training steps with the trainer in the loop: trajectory-level vs
     action-level vs venus scheduling, the engine-time breakdown and predictor accuracy."""
@@ -116,4 +119,9 @@ def bench_rollout(
     if greedy_check and engine_placement == "in_process":
         raise typer.BadParameter("--greedy-check compares a placement with in_process: choose process",
                                  param_hint="--engine-placement")
-    main(quick, json_out, sweep, engine_placement, greedy_check)
+    overrides = {name: value for name, value in (("slots_per_engine", slots_per_engine),
+                 ("kv_tokens_per_engine", kv_tokens_per_engine), ("repeats", repeats)) if value is not None}
+    if overrides and (sweep or greedy_check):
+        raise typer.BadParameter("case overrides apply to the timed table, not to --sweep or --greedy-check",
+                                 param_hint="--slots-per-engine/--kv-tokens-per-engine/--repeats")
+    main(quick, json_out, sweep, engine_placement, greedy_check, overrides)
