@@ -7,7 +7,16 @@ from hypothesis import strategies as st
 
 from venusrl.engine.step_log import StepSample
 from venusrl.sim.cost_model import (
-    EXTRA_TERMS, H100, QWEN3_4B, QWEN3_32B, CostModel, GpuSpec, attention_pairs, fit, preset, without_terms,
+    EXTRA_TERMS,
+    H100,
+    QWEN3_4B,
+    QWEN3_32B,
+    CostModel,
+    GpuSpec,
+    attention_pairs,
+    fit,
+    preset,
+    without_terms,
 )
 from venusrl.sim.predictor import NoisyLengthPredictor, log_spread
 
