@@ -14,8 +14,8 @@ from venusrl.sim import run
 HOST = {"engine.host_kv_capacity_tokens": 1 << 20}  # far more than the run ever evicts
 
 
-def _finish(name: str, seed: int, cost=SMALL_COST, config: dict | None = None) -> float:
-    return run.simulate(small_spec(name, seed=seed, cost=cost, config=config)).sim_seconds
+def _finish(name: str, seed: int, cost=SMALL_COST, config: dict | None = None, steps: int = 3) -> float:
+    return run.simulate(small_spec(name, seed=seed, cost=cost, config=config, steps=steps)).sim_seconds
 
 
 def _swap(first: str, second: str, seed: int, off: dict, on: dict) -> None:
@@ -45,3 +45,13 @@ def test_a_bounded_host_tier_swaps_thunderagent_and_action_level():
     """An unbounded host tier makes ThunderAgent's evictions free reloads; bounded at half the
     device pool, they are recomputed and action-level scheduling finishes first."""
     _swap("thunderagent", "rollflash", 0, {"config": HOST}, {"config": {"engine.host_kv_capacity_tokens": 2000}})
+
+
+def test_keeping_cached_kv_at_a_weight_update_swaps_residency_tiers_and_action_level():
+    """One group a step, five steps: with the cache flushed at every update (what slime, ROLL
+    Flash and ThunderAgent's frameworks do) the residency tiers finish first; were the KV kept
+    across updates, plain LRU would."""
+    one_group = {"coordinator.batch_groups": 1}
+    _swap("+kv_residency", "rollflash", 7, {"config": {**one_group, "engine.kv_after_weight_update": "recompute"},
+                                            "steps": 5},
+          {"config": {**one_group, "engine.kv_after_weight_update": "keep"}, "steps": 5})
