@@ -21,8 +21,9 @@ from venusrl.sim.scenarios import PAPER_FIG10, PAPER_TABLE1, SCENARIOS
 from venusrl.sim.workload import WorkloadConfig, load_workload
 
 log = logging.getLogger(__name__)
-REFERENCES = {"paper-fig10": "venus", "paper-table1": "baseline", "scale": "venus", "sensitivity": "venus"}
-INVERTED = ("paper-fig10", "sensitivity")  # tables of venus's speedup over each other system
+REFERENCES = {"paper-fig10": "venus", "paper-table1": "baseline", "scale": "venus", "sensitivity": "venus",
+              "coarsening": "venus"}
+INVERTED = ("paper-fig10", "sensitivity", "coarsening")  # tables of venus's speedup over each other system
 
 
 def _run(spec: SimSpec) -> dict[str, Any]:
@@ -73,7 +74,7 @@ def run_scenario(name: str, quick: bool, workload: WorkloadConfig, extra_policy:
 
 
 def simulate(
-    scenario: Annotated[str, typer.Option("--scenario", help="paper-fig10, paper-table1, sensitivity, scale or validate")],
+    scenario: Annotated[str, typer.Option("--scenario", help="paper-fig10, paper-table1, sensitivity, coarsening, scale or validate")],
     quick: Annotated[bool, typer.Option("--quick", help="a coarser, smaller run (under a minute)")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
     markdown_out: Annotated[Path | None, typer.Option("--markdown", help="write the table here")] = None,
@@ -86,7 +87,8 @@ def simulate(
 ) -> None:
     """Project the system to a cluster with the real scheduling code and a cost model
     (scenarios paper-fig10, paper-table1, scale; `sensitivity`: Fig. 10's 32B batch-64 cell
-    under each cost term and setting; `validate` compares with the rollout bench)."""
+    under each cost term and setting; `coarsening`: that cell at fewer merged turns; `validate`
+    compares with the rollout bench)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if scenario == "validate":
         from venusrl.bench.sim_validation import run as validate

@@ -186,10 +186,27 @@ SENSITIVITY = {
 def sensitivity(quick: bool, workload: WorkloadConfig, extra_policy: str | None = None) -> Iterator[Case]:
     """Fig. 10's Qwen3-32B, batch 64, async_factor 1.5 cell under each row of SENSITIVITY
     (quick: the rows up to `all_cost_terms+slots_64`, without the coarsening check)."""
-    model, tp = "qwen3-32b", 2
     rows = list(SENSITIVITY.items())
     if quick:
         rows = rows[: list(SENSITIVITY).index("all_cost_terms+slots_64") + 1]
+    yield from _cell_under(rows, workload, extra_policy)
+
+
+# Turns merged by 8, 4 and 2 (each at a quantum that keeps a turn a few units long), the
+# scenarios' model and setting otherwise: does coarsening move the figures?
+COARSENING = {f"coarsen_{f.coarsen:g}": replace(_PAPER, fidelity=f)
+              for f in (QUICK, Fidelity(coarsen=4, quantum=128, steps=4), Fidelity(coarsen=2, quantum=64, steps=4))}
+
+
+def coarsening(quick: bool, workload: WorkloadConfig, extra_policy: str | None = None) -> Iterator[Case]:
+    """The sensitivity cell with all cost terms and 64 slots at coarsening 8, 4 and 2 (quick:
+    8 and 4)."""
+    rows = list(COARSENING.items())
+    yield from _cell_under(rows[:2] if quick else rows, workload, extra_policy)
+
+
+def _cell_under(rows: list[tuple[str, Variant]], workload: WorkloadConfig, extra_policy: str | None) -> Iterator[Case]:
+    model, tp = "qwen3-32b", 2
     for label, row in rows:
         cluster = paper_cluster(model, tp, row.host_ratio, row.slots_per_engine)
         cluster["engine.kv_after_weight_update"] = row.kv_after_weight_update
@@ -203,4 +220,5 @@ def sensitivity(quick: bool, workload: WorkloadConfig, extra_policy: str | None 
         yield Case({"variant": label}, tuple(specs))
 
 
-SCENARIOS = {"paper-fig10": fig10, "paper-table1": table1, "scale": scale, "sensitivity": sensitivity}
+SCENARIOS = {"paper-fig10": fig10, "paper-table1": table1, "scale": scale, "sensitivity": sensitivity,
+             "coarsening": coarsening}
