@@ -4,13 +4,15 @@ the cost model in place of the model runner.
 
 Each iteration: queued weight updates and KV imports are applied at the boundary, then
 `schedule()` forms the batch, the cost model says how long it runs, and when that time has
-passed `on_batch_done()` gets one fresh token id per sampled item. The host tier is the
-scheduler's own (`engine/host_tier.py`: bounded, LRU, dropped with the device cache at a
-weight update under `recompute`, as SGLang's HiRadixCache.reset drops its host pool): the
-batch's host-to-device copies are priced as reloads, its computed chunks as prefill (a token stands for a unit
+passed `on_batch_done()` gets one fresh token id per sampled item (a token stands for a unit
 of `quantum` real tokens; ids are unique, so the radix cache shares exactly the prefixes a
 real run would: a group's prompt and a trajectory's own history). Finished requests go to the
 owner's callback.
+
+The host tier is the scheduler's own (`engine/host_tier.py`: bounded, LRU, dropped with the
+device cache at a weight update under `recompute`, as SGLang's HiRadixCache.reset drops its
+host pool): the batch's host-to-device copies are priced as reloads, its computed chunks as
+prefill over their prefix.
 """
 
 from __future__ import annotations
