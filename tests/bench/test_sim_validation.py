@@ -83,6 +83,7 @@ def test_validate_fits_on_a_calibration_run_and_reports_the_error_on_another(tmp
         assert result["in_sample"][mode]["replayed"] == "recorded"
         run = result["out_of_sample"]["other_seed"][mode]
         assert run["last_step"]["measured_s"] > 0 and run["last_step"]["simulated_s"] > 0
-        assert set(run["breakdown"]) == {"recomputed_tokens", "discarded_trajectories"}
+        assert set(run["breakdown"]) == {"recomputed_tokens", "discarded_trajectories", "idle_fraction"}
+        assert 0 <= run["breakdown"]["idle_fraction"]["simulated"] <= 1
         assert result["out_of_sample_error"][mode]["per_run_pct"] == {"other_seed": run["last_step"]["error_pct"]}
     assert 0 < result["predictor_spearman"] <= 1

@@ -148,7 +148,7 @@ def replay(measured: dict[str, Any], cost: CostModel, rho: float, workdir: Path,
     """Per mode: each measured round of `measured` simulated on its own turns (or, for a JSON
     without them, the synthetic trace of its tasks, from `shape`) with `cost` and `rho`, and
     the medians over rounds compared: time to the first batch, time to the N-th step, and the
-    breakdown's recomputed tokens and discarded trajectories."""
+    breakdown's recomputed tokens, discarded trajectories and idle engine time."""
     case = case_of(measured)
     trainer_s = measured["trainer"]["step_s"][str(case.headline_factor)]
     repeats = len(measured["venus"]["rounds"])
@@ -177,6 +177,8 @@ def replay(measured: dict[str, Any], cost: CostModel, rho: float, workdir: Path,
             "discarded_trajectories": {
                 "measured": statistics.median(r["discarded_trajectories"] for r in measured_rounds),
                 "simulated": statistics.median(s.worker["discarded"] for s in simulated)},
+            "idle_fraction": {"measured": measured[mode]["breakdown"]["fractions"]["idle"],
+                              "simulated": round(statistics.median(1 - s.engine["busy_fraction"] for s in simulated), 4)},
         }
     return out
 
