@@ -3,7 +3,7 @@ episode's plan (turns and tool latencies) with the chat template's lengths."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pytest
 
@@ -87,3 +87,28 @@ def test_validate_fits_on_a_calibration_run_and_reports_the_error_on_another(tmp
         assert 0 <= run["breakdown"]["idle_fraction"]["simulated"] <= 1
         assert result["out_of_sample_error"][mode]["per_run_pct"] == {"other_seed": run["last_step"]["error_pct"]}
     assert 0 < result["predictor_spearman"] <= 1
+
+
+def test_replay_compares_each_mode_with_its_measured_rounds(tmp_path):
+    """A bench JSON's shape with one round per mode (the turns drawn from the bench's plans):
+    every figure compared is the measured one against the simulation of that round."""
+    prompts = tasks(QUICK, seed=QUICK.seed)
+    shape = validate.ChatShape(prompt_tokens={p.id: 120 for p in prompts}, shared_prompt_tokens=80, obs_tokens=20,
+                               stop_probability=0.05)
+    rows = validate.trace_rows(QUICK, shape, prompts)
+    measured_round = {"trace": rows, "time_to_first_batch_s": 1.0, "time_to_last_step_s": 4.0,
+                      "tokens": {"recomputed": 7}, "discarded_trajectories": 1}
+    measured = {"case": asdict(QUICK), "trainer": {"step_s": {str(QUICK.headline_factor): 0.5}},
+                **{mode: {"rounds": [measured_round], "breakdown": {"fractions": {"idle": 0.25}}}
+                   for mode in validate.MODES}}
+    cost = CostModel(fixed_s=0.01, token_s=1e-4, kv_token_s=1e-7, reload_token_s=0.0,
+                     kv_capacity_tokens=QUICK.kv_tokens_per_engine)
+    out = validate.replay(measured, cost, 0.7, tmp_path)
+    for mode in validate.MODES:
+        last = out[mode]["last_step"]
+        assert last["measured_s"] == 4.0 and last["error_pct"] == round(100 * (last["simulated_s"] - 4.0) / 4.0, 1)
+        assert out[mode]["breakdown"]["recomputed_tokens"]["measured"] == 7
+        assert out[mode]["breakdown"]["idle_fraction"]["measured"] == 0.25
+    without_trace = {**measured, "venus": {**measured["venus"], "rounds": [{**measured_round, "trace": None}]}}
+    with pytest.raises(ValueError, match="no trace"):
+        validate.replay(without_trace, cost, 0.7, tmp_path)

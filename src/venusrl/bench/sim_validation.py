@@ -156,7 +156,7 @@ def replay(measured: dict[str, Any], cost: CostModel, rho: float, workdir: Path,
     out: dict[str, Any] = {}
     for mode in MODES:
         measured_rounds = measured[mode]["rounds"]
-        if shape is None and not all("trace" in r for r in measured_rounds):
+        if shape is None and not all(r.get("trace") for r in measured_rounds):
             raise ValueError(f"{mode}: a measured round has no trace to replay")
         simulated = [simulate_round(case, cost, r.get("trace") or trace_rows(case, shape, prompts), mode,
                                     workdir / "trace.jsonl", trainer_s, rho)
