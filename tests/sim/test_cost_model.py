@@ -6,7 +6,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from venusrl.engine.step_log import StepSample
-from venusrl.sim.cost_model import QWEN3_4B, QWEN3_32B, GpuSpec, fit, preset
+from venusrl.sim.cost_model import (
+    EXTRA_TERMS,
+    H100,
+    QWEN3_4B,
+    QWEN3_32B,
+    CostModel,
+    GpuSpec,
+    attention_pairs,
+    fit,
+    preset,
+    without_terms,
+)
 from venusrl.sim.predictor import NoisyLengthPredictor, log_spread
 
 
@@ -43,7 +54,48 @@ def test_an_iteration_with_decode_stands_for_quantum_steps():
     one = model.iteration_seconds(1, 0, [100], 0)
     sixteen = model.iteration_seconds(16, 0, [100 // 16], 0)
     assert sixteen > 10 * one
-    assert model.iteration_seconds(16, 10, [], 10) < model.iteration_seconds(16, 10, [], 0)
+    assert model.iteration_seconds(16, 0, [], 10, loads=1) < model.iteration_seconds(16, 10, [], 0)
+
+
+def test_prefill_attention_is_the_causal_pairs_at_four_flops_a_layer_head_and_dim():
+    """By hand: a chunk of 3 tokens at positions 5, 6, 7 attends to 6 + 7 + 8 = 21 keys."""
+    assert attention_pairs(5, 3) == 21
+    assert attention_pairs(0, 4) == 1 + 2 + 3 + 4
+    cost = preset("qwen3-32b", 2)
+    flops = 2 * H100.flops * H100.flops_efficiency
+    assert cost.attention_pair_s == pytest.approx(4 * 64 * 64 * 128 / flops)
+    # One token at a 64K context: its attention is 2.1x its dense matmuls (the issue's claim).
+    assert cost.attention_pair_s * 65536 / cost.token_s == pytest.approx(4 * 64 * 64 * 128 * 65536 / (2 * 32.8e9))
+    assert 2.0 < cost.attention_pair_s * 65536 / cost.token_s < 2.2
+
+
+def test_each_extra_term_adds_its_hand_computed_seconds():
+    """A 2-unit chunk at unit 3 (quantum 4: 8 tokens at positions 12..19) and one load of 5
+    units: pairs 8 * 12 + 8 * 9 / 2 = 132, prefix 12 tokens read, 20 tokens loaded."""
+    cost = CostModel(fixed_s=1.0, token_s=0.1, kv_token_s=0.0, reload_token_s=0.01, kv_capacity_tokens=100,
+                     attention_pair_s=1e-3, prefix_read_token_s=1e-2, reload_latency_s=0.5)
+    seconds = cost.iteration_seconds(4, 2, [], 5, chunks=[(3, 2)], loads=1)
+    assert seconds == pytest.approx(1.0 + 0.1 * 8 + 1e-3 * 132 + 1e-2 * 12 + 0.01 * 20 + 0.5)
+    linear = without_terms(cost, list(EXTRA_TERMS))
+    assert linear.iteration_seconds(4, 2, [], 5, chunks=[(3, 2)], loads=1) == pytest.approx(1.0 + 0.8 + 0.2)
+    with pytest.raises(ValueError, match="unknown cost terms"):
+        without_terms(cost, ["quadratic"])
+
+
+@settings(max_examples=100, deadline=None)
+@given(start=st.integers(0, 2000), length=st.integers(2, 500), split=st.integers(1, 499))
+def test_chunking_keeps_the_pairs_and_adds_prefix_reads(start, length, split):
+    """Splitting a prefill in two computes the same attention pairs; only a step's fixed
+    cost and the second chunk's prefix read are added."""
+    split = min(split, length - 1)
+    whole = attention_pairs(start, length)
+    assert attention_pairs(start, split) + attention_pairs(start + split, length - split) == whole
+    cost = preset("qwen3-4b", 1)
+    one = cost.iteration_seconds(1, length, [], 0, chunks=[(start, length)])
+    two = cost.iteration_seconds(1, split, [], 0, chunks=[(start, split)]) + cost.iteration_seconds(
+        1, length - split, [], 0, chunks=[(start + split, length - split)])
+    extra = two - one
+    assert extra == pytest.approx(cost.fixed_s + cost.prefix_read_token_s * (start + split))
 
 
 def test_the_predictor_has_the_rank_correlation_asked_for():

@@ -25,7 +25,11 @@ def test_every_attribute_the_simulator_reads_comes_from_the_config(name):
     assert spec.policy == config.coordinator.policy == config.scheduler.ranking
     assert (spec.cache_policy, spec.demotion, spec.demotion_order) == (
         config.engine.cache_policy, config.engine.demotion, config.engine.demotion_order)
-    assert spec.host_tier == (config.engine.host_kv_capacity_tokens > 0)
+
+
+@pytest.mark.parametrize("name", ["slime", "rollflash", "thunderagent", "venus"])
+def test_every_system_flushes_cached_kv_at_a_weight_update_as_its_real_counterpart(name):
+    assert SYSTEMS[name].config.engine.kv_after_weight_update == "recompute"
 
 
 def test_the_baselines_rank_no_group_as_the_training_baselines_do():

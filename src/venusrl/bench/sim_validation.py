@@ -16,6 +16,13 @@ trainer time: time to the first B groups and time to the N-th step.
 3. Simulate each scheduling mode on the benchmark's cluster (engines, slots, KV pool, B, K,
    async_factor, staleness bound, the same trainer times, KV dropped at each weight update)
    per round, and compare the medians over the rounds with the measured ones.
+4. Out of sample: the cost model and the predictor's measured accuracy from the calibration
+   run are used, unchanged, on runs with other tasks, a tighter KV budget and more slots per
+   engine (`validation_cases`), each measured now; `out_of_sample_error` is the error in
+   time to the N-th step on those runs, per mode.
+
+The bench's baselines have no host tier (the training default), unlike the scenarios' slime
+and rollflash: the engine's host tier would need the bench's modes to configure one.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from venusrl.engine.engine import Engine
 from venusrl.model.conversation import Conversation
 from venusrl.model.tiny import make_tiny_model
 from venusrl.sim.cost_model import CostModel
-from venusrl.sim.run import SimSpec, simulate
+from venusrl.sim.run import SimResult, SimSpec, simulate
 from venusrl.sim.systems import system
 from venusrl.sim.trainer import TrainerCost
 from venusrl.sim.workload import WorkloadConfig
@@ -97,10 +104,10 @@ def chat_shape(model_dir: Path, case: bench.RolloutCase, prompts: list[Prompt]) 
 
 
 def simulate_round(case: bench.RolloutCase, cost: CostModel, rows: list[dict[str, Any]], mode: str, trace: Path,
-                   trainer_s: float, predictor_spearman: float) -> tuple[float, float]:
-    """(time to B groups, time to the N-th step) simulated for one benchmark round of `mode`
-    replaying `rows`, with the benchmark's trainer (`trainer_s` per step, streamed as the
-    bench streams it) and its predictor's measured accuracy."""
+                   trainer_s: float, predictor_spearman: float) -> SimResult:
+    """One benchmark round of `mode` simulated replaying `rows`, with the benchmark's trainer
+    (`trainer_s` per step, streamed as the bench streams it) and the predictor's measured
+    accuracy."""
     write_trace(trace, rows)
     trainer = TrainerCost(token_s=0.0, step_s=trainer_s * (1 - case.gradient_fraction),
                           group_s=trainer_s * case.gradient_fraction / case.batch_groups)
@@ -109,51 +116,127 @@ def simulate_round(case: bench.RolloutCase, cost: CostModel, rows: list[dict[str
                "scheduler.slots_per_engine": case.slots_per_engine}
     spec = SimSpec(system(MODES[mode], overrides=cluster), workload=WorkloadConfig(group_size=case.group_size,
                    trace=str(trace)), model="tiny", generation_gpus=case.engines, steps=case.steps, quantum=1,
-                   cost=cost, trainer=trainer, weight_sync_s=0.0, predictor_spearman=predictor_spearman,
-                   prediction_latency_s=0.02, tool_seconds_prior=case.tool_latency_mean_s)
-    result = simulate(spec)
-    return result.time_to_first_batch_s, result.sim_seconds
+                   cost=replace(cost, kv_capacity_tokens=case.kv_tokens_per_engine), trainer=trainer,
+                   weight_sync_s=0.0, predictor_spearman=predictor_spearman, prediction_latency_s=0.02,
+                   tool_seconds_prior=case.tool_latency_mean_s)
+    return simulate(spec)
 
 
-def run(quick: bool, measured: dict[str, Any] | None) -> dict[str, Any]:
-    """Measured (now, or the given bench JSON) against simulated, per mode and repeat. A round
-    measured now replays its own recorded turns: the random model's turns differ between
-    rounds (a malformed tool call costs a turn but no tool time), so each round is simulated on
-    what it ran. A given JSON without them gets the synthetic trace of its tasks. The cost
-    model is the one the bench fitted on its own engine steps."""
-    torch.set_num_threads(1)
-    if measured is None:
-        case = bench.QUICK if quick else bench.FULL
-        measured = bench.run(quick, trace=True, case=replace(case, trainer_factors=(case.headline_factor,)))
-    case = bench.RolloutCase(**{**measured["case"], "trainer_factors": tuple(measured["case"]["trainer_factors"])})
+def measured_spearman(measured: dict[str, Any]) -> float:
+    """The learned predictor's online Spearman correlation the bench measured on venus's
+    rounds (clamped into the simulated predictor's (0, 1]): measured, never assumed."""
+    try:
+        rho = measured["predictor_spearman"]["learned"]["online"]["spearman"]
+    except KeyError:
+        raise ValueError("the bench JSON has no predictor_spearman.learned.online.spearman: the validation "
+                         "uses the predictor's measured accuracy, so rerun `venusrl bench rollout` to record it") from None
+    return min(1.0, max(0.01, rho))
+
+
+def case_of(measured: dict[str, Any]) -> bench.RolloutCase:
+    return bench.RolloutCase(**{**measured["case"], "trainer_factors": tuple(measured["case"]["trainer_factors"])})
+
+
+def measure(case: bench.RolloutCase, quick: bool) -> dict[str, Any]:
+    """The bench at its headline trainer factor only, each round with its recorded turns
+    (`quick`: the predictor figures without the LM predictor)."""
+    return bench.run(quick, trace=True, case=replace(case, trainer_factors=(case.headline_factor,)))
+
+
+def replay(measured: dict[str, Any], cost: CostModel, rho: float, workdir: Path,
+           shape: ChatShape | None = None) -> dict[str, Any]:
+    """Per mode: each measured round of `measured` simulated on its own turns (or, for a JSON
+    without them, the synthetic trace of its tasks, from `shape`) with `cost` and `rho`, and
+    the medians over rounds compared: time to the first batch, time to the N-th step, and the
+    breakdown's recomputed tokens, discarded trajectories and idle engine time."""
+    case = case_of(measured)
     trainer_s = measured["trainer"]["step_s"][str(case.headline_factor)]
-    online = measured.get("predictor_spearman", {}).get("learned", {}).get("online", {})
-    rho = max(0.0, online.get("spearman", 0.7))
     repeats = len(measured["venus"]["rounds"])
     rounds = [bench.tasks(case, case.seed + r) for r in range(repeats)]
+    out: dict[str, Any] = {}
+    for mode in MODES:
+        measured_rounds = measured[mode]["rounds"]
+        if shape is None and not all(r.get("trace") for r in measured_rounds):
+            raise ValueError(f"{mode}: a measured round has no trace to replay")
+        simulated = [simulate_round(case, cost, r.get("trace") or trace_rows(case, shape, prompts), mode,
+                                    workdir / "trace.jsonl", trainer_s, rho)
+                     for r, prompts in zip(measured_rounds, rounds, strict=True)]
+        out[mode] = {"replayed": "recorded" if all("trace" in r for r in measured_rounds) else "synthetic"}
+        figures = (("first_batch", [r["time_to_first_batch_s"] for r in measured_rounds],
+                    [s.time_to_first_batch_s for s in simulated]),
+                   ("last_step", [r["time_to_last_step_s"] for r in measured_rounds], [s.sim_seconds for s in simulated]))
+        for name, real, sim in figures:
+            real_s, sim_s = statistics.median(real), statistics.median(sim)
+            out[mode][name] = {"measured_s": round(real_s, 3), "simulated_s": round(sim_s, 3),
+                               "error_pct": round(100 * (sim_s - real_s) / real_s, 1),
+                               "measured_per_repeat_s": [round(t, 3) for t in real],
+                               "simulated_per_repeat_s": [round(t, 3) for t in sim]}
+        out[mode]["breakdown"] = {
+            "recomputed_tokens": {"measured": statistics.median(r["tokens"]["recomputed"] for r in measured_rounds),
+                                  "simulated": statistics.median(s.engine["recomputed_tokens"] for s in simulated)},
+            "discarded_trajectories": {
+                "measured": statistics.median(r["discarded_trajectories"] for r in measured_rounds),
+                "simulated": statistics.median(s.worker["discarded"] for s in simulated)},
+            "idle_fraction": {"measured": measured[mode]["breakdown"]["fractions"]["idle"],
+                              "simulated": round(statistics.median(1 - s.engine["busy_fraction"] for s in simulated), 4)},
+        }
+    return out
+
+
+def validation_cases(case: bench.RolloutCase) -> dict[str, bench.RolloutCase]:
+    """Runs the fit never sees, each differing from the calibration run in one setting: other
+    tasks (seed), a tighter KV budget (two thirds), one more slot per engine."""
+    return {"other_seed": replace(case, seed=case.seed + 100),
+            "tight_kv": replace(case, kv_tokens_per_engine=case.kv_tokens_per_engine * 2 // 3),
+            "more_slots": replace(case, slots_per_engine=case.slots_per_engine + 1)}
+
+
+def out_of_sample_error(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per mode, the signed error in time to the N-th step on every validation run, their
+    median and the largest in size."""
+    out = {}
+    for mode in MODES:
+        errors = {name: run[mode]["last_step"]["error_pct"] for name, run in runs.items()}
+        out[mode] = {"median_pct": round(statistics.median(errors.values()), 1),
+                     "max_abs_pct": max(abs(e) for e in errors.values()), "per_run_pct": errors}
+    return out
+
+
+def run(quick: bool, measured: dict[str, Any] | None, case: bench.RolloutCase | None = None,
+        validations: dict[str, bench.RolloutCase] | None = None) -> dict[str, Any]:
+    """Fit on a calibration run (measured now, or the given bench JSON), validate out of sample.
+
+    In sample: the calibration run's rounds replayed with the cost model the bench fitted on
+    its own engine steps (the figure the earlier validation gave). Out of sample: each run of
+    `validations` (default `validation_cases`) measured now and replayed with the calibration
+    run's cost model and predictor accuracy, nothing refitted: `out_of_sample_error` is the
+    time to the N-th step's error per mode on those runs. A round measured now replays its own
+    recorded turns: the random model's turns differ between rounds (a malformed tool call costs
+    a turn but no tool time), so each round is simulated on what it ran. A given JSON without
+    them gets the synthetic trace of its tasks."""
+    torch.set_num_threads(1)
+    if measured is None:
+        measured = measure(case or (bench.QUICK if quick else bench.FULL), quick)
+    calibration = case_of(measured)
+    rho = measured_spearman(measured)
+    fitted = measured["step_cost_model"]
+    cost = CostModel(fitted["fixed_s"], fitted["token_s"], fitted["kv_token_s"], 0.0, calibration.kv_tokens_per_engine)
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = make_tiny_model(Path(tmp) / "model", seed=1)
-        shape = chat_shape(model_dir, case, [p for prompts in rounds for p in prompts])
-        fitted = measured["step_cost_model"]
-        cost = CostModel(fitted["fixed_s"], fitted["token_s"], fitted["kv_token_s"], 0.0, case.kv_tokens_per_engine)
-        result: dict[str, Any] = {"case": measured["case"], "trainer_step_s": trainer_s, "predictor_spearman": rho,
-                                  "cost_model": fitted,
-                                  "synthetic_workload": {"prompt_tokens_max": max(shape.prompt_tokens.values()),
-                                                         "shared_prompt_tokens": shape.shared_prompt_tokens,
-                                                         "obs_tokens": shape.obs_tokens,
-                                                         "turn_stop_probability": shape.stop_probability}}
-        for mode in MODES:
-            measured_rounds = measured[mode]["rounds"]
-            simulated = [simulate_round(case, cost, r.get("trace") or trace_rows(case, shape, prompts), mode,
-                                        Path(tmp) / "trace.jsonl", trainer_s, rho)
-                         for r, prompts in zip(measured_rounds, rounds, strict=True)]
-            result[mode] = {"replayed": "recorded" if all("trace" in r for r in measured_rounds) else "synthetic"}
-            for name, key, index in (("first_batch", "time_to_first_batch_s", 0), ("last_step", "time_to_last_step_s", 1)):
-                real = [r[key] for r in measured_rounds]
-                sim = [s[index] for s in simulated]
-                real_s, sim_s = statistics.median(real), statistics.median(sim)
-                result[mode][name] = {"measured_s": round(real_s, 3), "simulated_s": round(sim_s, 3),
-                                      "error_pct": round(100 * (sim_s - real_s) / real_s, 1),
-                                      "measured_per_repeat_s": [round(t, 3) for t in real],
-                                      "simulated_per_repeat_s": [round(t, 3) for t in sim]}
+        rounds = [bench.tasks(calibration, calibration.seed + r) for r in range(len(measured["venus"]["rounds"]))]
+        shape = chat_shape(model_dir, calibration, [p for prompts in rounds for p in prompts])
+        result: dict[str, Any] = {
+            "case": measured["case"], "trainer_step_s": measured["trainer"]["step_s"][str(calibration.headline_factor)],
+            "predictor_spearman": rho, "cost_model": fitted,
+            "synthetic_workload": {"prompt_tokens_max": max(shape.prompt_tokens.values()),
+                                   "shared_prompt_tokens": shape.shared_prompt_tokens, "obs_tokens": shape.obs_tokens,
+                                   "turn_stop_probability": shape.stop_probability},
+            "in_sample": replay(measured, cost, rho, Path(tmp), shape)}
+        runs = {}
+        for name, validation in (validations if validations is not None else validation_cases(calibration)).items():
+            run_measured = measure(validation, quick)
+            runs[name] = {"case": run_measured["case"], **replay(run_measured, cost, rho, Path(tmp))}
+        result["out_of_sample"] = runs
+        if runs:
+            result["out_of_sample_error"] = out_of_sample_error(runs)
     return result

@@ -21,7 +21,9 @@ from venusrl.sim.scenarios import PAPER_FIG10, PAPER_TABLE1, SCENARIOS
 from venusrl.sim.workload import WorkloadConfig, load_workload
 
 log = logging.getLogger(__name__)
-REFERENCES = {"paper-fig10": "venus", "paper-table1": "baseline", "scale": "venus"}
+REFERENCES = {"paper-fig10": "venus", "paper-table1": "baseline", "scale": "venus", "sensitivity": "venus",
+              "coarsening": "venus"}
+INVERTED = ("paper-fig10", "sensitivity", "coarsening")  # tables of venus's speedup over each other system
 
 
 def _run(spec: SimSpec) -> dict[str, Any]:
@@ -66,13 +68,13 @@ def run_scenario(name: str, quick: bool, workload: WorkloadConfig, extra_policy:
         out_cases.append({"label": case.label, "runs": results[at : at + len(case.specs)]})
         at += len(case.specs)
     reference = REFERENCES[name]
-    table = rows(out_cases, reference, invert=name == "paper-fig10")
+    table = rows(out_cases, reference, invert=name in INVERTED)
     paper: dict[str, Any] = {"paper-fig10": PAPER_FIG10, "paper-table1": PAPER_TABLE1}.get(name, {})
     return {"scenario": name, "quick": quick, "reference": reference, "table": table, "paper": paper, "cases": out_cases}
 
 
 def simulate(
-    scenario: Annotated[str, typer.Option("--scenario", help="paper-fig10, paper-table1 or scale")],
+    scenario: Annotated[str, typer.Option("--scenario", help="paper-fig10, paper-table1, sensitivity, coarsening, scale or validate")],
     quick: Annotated[bool, typer.Option("--quick", help="a coarser, smaller run (under a minute)")] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
     markdown_out: Annotated[Path | None, typer.Option("--markdown", help="write the table here")] = None,
@@ -84,7 +86,9 @@ def simulate(
     measured: Annotated[Path | None, typer.Option(help="validate: `venusrl bench rollout --json` output (default: run it now)")] = None,
 ) -> None:
     """Project the system to a cluster with the real scheduling code and a cost model
-    (scenarios paper-fig10, paper-table1, scale; `validate` compares with the rollout bench)."""
+    (scenarios paper-fig10, paper-table1, scale; `sensitivity`: Fig. 10's 32B batch-64 cell
+    under each cost term and setting; `coarsening`: that cell at fewer merged turns; `validate`
+    compares with the rollout bench)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if scenario == "validate":
         from venusrl.bench.sim_validation import run as validate
@@ -94,7 +98,7 @@ def simulate(
     config = load_workload(workload) if workload else WorkloadConfig()
     result = run_scenario(scenario, quick, config, policy, jobs, seeds)
     table = markdown(result["table"], result["reference"], PAPER_TABLE1 if scenario == "paper-table1" else None,
-                     invert=scenario == "paper-fig10")
+                     invert=scenario in INVERTED)
     if markdown_out:
         markdown_out.write_text(table)
     if plot_out and result["table"]:

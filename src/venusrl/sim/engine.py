@@ -8,13 +8,18 @@ passed `on_batch_done()` gets one fresh token id per sampled item (a token stand
 of `quantum` real tokens; ids are unique, so the radix cache shares exactly the prefixes a
 real run would: a group's prompt and a trajectory's own history). Finished requests go to the
 owner's callback.
+
+The host tier is the scheduler's own (`engine/host_tier.py`: bounded, LRU, dropped with the
+device cache at a weight update under `recompute`, as SGLang's HiRadixCache.reset drops its
+host pool): the batch's host-to-device copies are priced as reloads, its computed chunks as
+prefill over their prefix.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Hashable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from venusrl.engine.batch import Batch
@@ -50,14 +55,12 @@ class SimEngine:
     quantum: int
     token_ids: itertools.count  # shared by the whole simulation
     on_finished: Callable[[int, PartialOutput], None]  # (engine index, output)
-    host_tier: bool = False  # previously computed KV comes back from host memory
     weight_sync_s: float = 0.0
     scheduler: Scheduler = field(init=False)
     weight_version: int = 0
     totals: EngineTotals = field(default_factory=EngineTotals)
     _pending_version: int | None = None
     _imports: list[tuple[list[int], str, Priority]] = field(default_factory=list)
-    _computed: dict[Hashable, int] = field(default_factory=dict)  # host-tier high-water mark
     _running: bool = False  # an iteration is in flight or scheduled
 
     def __post_init__(self) -> None:
@@ -82,7 +85,6 @@ class SimEngine:
 
     def release_trajectory(self, trajectory_id: str) -> None:
         self.scheduler.release_trajectory(trajectory_id)
-        self._computed.pop(trajectory_id, None)
         self._wake_if_waiting()
 
     def set_priority(self, trajectory_id: str, priority: Priority) -> None:
@@ -141,7 +143,6 @@ class SimEngine:
             self.weight_version, self._pending_version = self._pending_version, None
             if self.config.kv_after_weight_update == "recompute":
                 dropped = self.scheduler.drop_all_kv()
-                self._computed.clear()
                 log.debug("engine %d: weights v%d, %d cached units dropped", self.index, self.weight_version, dropped)
             self.totals.weight_updates += 1
             stall = self.weight_sync_s
@@ -154,18 +155,16 @@ class SimEngine:
         return stall
 
     def _seconds(self, batch: Batch) -> float:
+        """Computed chunks start past their cached and loaded prefix (`positions[0]`); the
+        host-to-device copies are the loads. Device-to-host saves are not priced: HiCache
+        writes them back asynchronously, overlapped with the forward passes."""
         prefill, contexts = batch_shape(batch.items)
-        reload = 0
-        if self.host_tier:
-            requests = self.scheduler.requests
-            for item in batch.items:
-                if computes_prefill(item):
-                    done = self._computed.get(requests[item.request_id].trajectory_key, 0)
-                    reload += max(0, min(done, item.positions[-1] + 1) - item.positions[0])
+        chunks = [(item.positions[0], len(item.token_ids)) for item in batch.items if computes_prefill(item)]
+        loads = [len(copy.host_slots) for copy in batch.kv_copies if not copy.to_host]
         self.totals.prefill_units += prefill
-        self.totals.reload_units += reload
+        self.totals.reload_units += sum(loads)
         self.totals.decode_units += len(contexts)
-        return self.cost.iteration_seconds(self.quantum, prefill, contexts, reload)
+        return self.cost.iteration_seconds(self.quantum, prefill, contexts, sum(loads), chunks, len(loads))
 
     def _complete(self, batch: Batch) -> None:
         requests = self.scheduler.requests
@@ -174,9 +173,6 @@ class SimEngine:
             request = requests.get(item.request_id)
             if request is None:
                 continue  # aborted while the batch ran
-            if self.host_tier:
-                key = request.trajectory_key
-                self._computed[key] = max(self._computed.get(key, 0), item.positions[-1] + 1)
             if item.sample:
                 sampled[item.request_id] = next(self.token_ids)
         for output in self.scheduler.on_batch_done(batch, sampled):

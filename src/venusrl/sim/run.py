@@ -101,15 +101,16 @@ def simulate(spec: SimSpec, progress: Callable[[float, int], None] | None = None
     loop = EventLoop()
     token_ids = itertools.count()
     settings = spec.config
-    # The training config's engine in simulated units: one unit a page, the pool the cost model's.
-    # Its host tier is the simulated engine's (`host_tier`, reloads priced), not the scheduler's.
+    # The training config's engine in simulated units: one unit a page, the pool the cost
+    # model's, the host tier the config's (the scheduler's own, its loads priced by SimEngine).
     engine_config = settings.engine.model_copy(update={
-        "page_size": 1, "kv_capacity_tokens": cost.kv_capacity_tokens // q, "host_kv_capacity_tokens": 0,
+        "page_size": 1, "kv_capacity_tokens": cost.kv_capacity_tokens // q,
+        "host_kv_capacity_tokens": settings.engine.host_kv_capacity_tokens // q,
         "max_prefill_tokens": max(1, settings.engine.max_prefill_tokens // q),
         "chunked_prefill_size": max(1, settings.engine.chunked_prefill_size // q)})
     engines = [
         SimEngine(i, loop, engine_config, cost, q, token_ids, on_finished=lambda *_: None,
-                  host_tier=spec.system.host_tier, weight_sync_s=spec.weight_sync_s)
+                  weight_sync_s=spec.weight_sync_s)
         for i in range(spec.generation_gpus // cost.gpus)
     ]  # fmt: skip
     sample = [workload.plan(p, i, 0) for p in range(64) for i in range(workload.group_size)]
@@ -197,14 +198,13 @@ def _result(spec: SimSpec, loop: EventLoop, engines: list[SimEngine], worker: Si
         throughput = sum(trainer.step_tokens) / loop.now if loop.now else 0.0
     counters = [e.scheduler.counters for e in engines]
     prompt = sum(c.prompt_tokens for c in counters)
-    # The host tier is the simulated engine's (reloads priced, `SimEngine._computed`), not the
-    # scheduler's: the scheduler counts a reloaded token as recomputed and not as a hit.
+    # The scheduler counts a token loaded back from its host tier as a hit, not as recomputed.
     reloaded = sum(e.totals.reload_units for e in engines)
     engine = {
         "engines": len(engines),
         "busy_fraction": round(sum(e.totals.busy_s for e in engines) / max(1e-9, loop.now * len(engines)), 4),
-        "hit_rate": round((sum(c.cached_tokens for c in counters) + reloaded) / prompt, 4) if prompt else 0.0,
-        "recomputed_tokens": q * max(0, sum(c.recomputed_tokens for c in counters) - reloaded),
+        "hit_rate": round(sum(c.cached_tokens for c in counters) / prompt, 4) if prompt else 0.0,
+        "recomputed_tokens": q * sum(c.recomputed_tokens for c in counters),
         "reloaded_tokens": q * reloaded,
         "prefill_tokens": q * sum(e.totals.prefill_units for e in engines),
         "decode_tokens": q * sum(e.totals.decode_units for e in engines),

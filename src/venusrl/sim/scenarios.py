@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
+from venusrl.sim.cost_model import EXTRA_TERMS, preset, without_terms
 from venusrl.sim.cost_model import MODELS as MODEL_SHAPES
 from venusrl.sim.run import SimSpec
 from venusrl.sim.systems import system
@@ -47,20 +48,53 @@ class Case:
     specs: tuple[SimSpec, ...]
 
 
-HOST_MEMORY_BYTES_PER_GPU = 1.8e12 / 8  # §6.1: nodes of 8 GPUs with 1.8 TB of host memory
+# §6.1: "Each node is equipped with eight NVIDIA Hopper GPUs ... and 1.8 TB of host memory".
+HOST_MEMORY_BYTES_PER_GPU = 1.8e12 / 8
+# SGLang's HiCache host pool when only --enable-hierarchical-cache is given: hicache_ratio
+# (host pool / device pool) defaults to 2.0 (sglang server_args.py; its HiCache best-practice
+# guide: "--hicache-ratio 2  # Host memory ratio (2x GPU memory)"). The paper enables HiCache
+# and gives no size, so its engines ran the default. The node's memory would allow 6.4x at
+# Qwen3-32B on 2 GPUs (`host_ratio=None` below; the sensitivity table sweeps the ratio).
+HICACHE_RATIO = 2.0
+# Fig. 1a: "the configured generation batch size of each rollout worker is 64": a rollout
+# worker is one engine (the figure plots its active batch), so 64 turns generate at once per
+# engine (the training default, 16, is sized for this CPU machine).
+PAPER_SLOTS_PER_ENGINE = 64
 
 
-def paper_cluster(model: str, tp: int) -> dict[str, object]:
+def host_tier_tokens(model: str, tp: int, host_ratio: float | None) -> int:
+    """Host-tier KV of one engine: `host_ratio` times its device pool (HiCache's ratio), or,
+    with None, all the host memory of its GPUs (§6.1's 1.8 TB per 8-GPU node)."""
+    if host_ratio is None:
+        return int(tp * HOST_MEMORY_BYTES_PER_GPU // MODEL_SHAPES[model].kv_bytes_per_token)
+    return int(host_ratio * preset(model, tp).kv_capacity_tokens)
+
+
+def paper_cluster(model: str, tp: int, host_ratio: float | None = HICACHE_RATIO,
+                  slots_per_engine: int = PAPER_SLOTS_PER_ENGINE) -> dict[str, object]:
     """The paper's settings (§6.1) where they differ from the training config's defaults, each
-    with its reason; every other setting is the default a training run uses."""
+    with its source; every other setting is the default a training run uses. Where the paper
+    is silent:
+    - TP: Qwen3-4B on 1 GPU, Qwen3-32B on 2 (`MODELS`): the fewest 80 GB Hopper GPUs its
+      bf16 weights (65.6 GB) and a KV pool fit on; 16 generation GPUs are 16 or 8 engines.
+    - KV capacity per engine: SGLang's mem_fraction_static 0.85 of HBM less the weights
+      (`cost_model.preset`): 1.17M tokens (4B, 1 GPU), 268K tokens (32B, 2 GPUs).
+    - context and turns: the workload's 128K-token cap and 300 turns are §6.1's ("maximum
+      output length to 128K tokens ... at most 300 turns"), K = 8 ("eight samples per prompt").
+    - tool latencies: §6.1 and Fig. 1 give none; Fig. 16b's axis bounds the mean tool call at
+      about 1.2 s. The workload keeps its SWE-agent-like median of 3 s (mean 4.9 s, so tools
+      take longer than the paper's); the sensitivity table's `tool_latency_fig16b` row runs
+      a mean of 1 s."""
     return {
         # "discarding samples whose generation spans three or more weight versions": the
         # coordinator discards a trajectory once version - start_version > max_version_span,
         # and three versions are a span of 2.
         "coordinator.max_version_span": 1,
         # "we enable the hierarchical cache (HiCache) in SGLang to support offloading KV Cache
-        # to L2 host memory": every system's engine has a host tier, the host memory of its GPUs.
-        "engine.host_kv_capacity_tokens": int(tp * HOST_MEMORY_BYTES_PER_GPU // MODEL_SHAPES[model].kv_bytes_per_token),
+        # to L2 host memory": every system's engine has a host tier, HiCache's default size.
+        "engine.host_kv_capacity_tokens": host_tier_tokens(model, tp, host_ratio),
+        "scheduler.slots_per_engine": slots_per_engine,
+        "engine.max_running_requests": max(64, slots_per_engine),
         # SGLang's prefill budgets on Hopper GPUs (the paper's engines), not the CPU-sized defaults.
         "engine.max_prefill_tokens": 16384,
         "engine.chunked_prefill_size": 8192,
@@ -68,8 +102,9 @@ def paper_cluster(model: str, tp: int) -> dict[str, object]:
 
 
 def _spec(name: str, fidelity: Fidelity, workload: WorkloadConfig, policy: str | None = None, *, model: str,
-          tp: int, batch_groups: int, async_factor: float, **fields) -> SimSpec:
-    settings = {**paper_cluster(model, tp), "coordinator.batch_groups": batch_groups,
+          tp: int, batch_groups: int, async_factor: float, cluster: dict[str, object] | None = None,
+          **fields) -> SimSpec:
+    settings = {**(cluster if cluster is not None else paper_cluster(model, tp)), "coordinator.batch_groups": batch_groups,
                 "coordinator.async_factor": async_factor}
     return SimSpec(system(name, policy, settings), workload=coarsened(workload, fidelity.coarsen), model=model, tp=tp,
                    quantum=fidelity.quantum, steps=fidelity.steps, **fields)
@@ -112,4 +147,78 @@ def scale(quick: bool, workload: WorkloadConfig, extra_policy: str | None = None
     yield Case({"gpus": gpus, "trajectories_in_flight": batch * 2 * 8}, (spec,))
 
 
-SCENARIOS = {"paper-fig10": fig10, "paper-table1": table1, "scale": scale}
+@dataclass(slots=True, frozen=True)
+class Variant:
+    """One row of the sensitivity table: the model's terms and the cluster's settings."""
+
+    terms: tuple[str, ...] = ()  # the cost model's extra terms kept (EXTRA_TERMS' keys)
+    host_ratio: float | None = None  # None: the node's host memory (the previous model's tier)
+    slots_per_engine: int = 16  # the training default the previous scenarios ran
+    kv_after_weight_update: str = "recompute"
+    tool_seconds_median: float | None = None  # None: the workload's
+    fidelity: Fidelity = QUICK
+
+
+ALL_TERMS = tuple(EXTRA_TERMS)
+# The previous scenarios' model (linear roofline, the node's host memory, 16 slots), each
+# term added alone, then together, then the paper's setting on top, then the checks.
+_BEFORE = Variant()
+_TERMS = Variant(terms=ALL_TERMS, host_ratio=HICACHE_RATIO)
+_PAPER = replace(_TERMS, slots_per_engine=PAPER_SLOTS_PER_ENGINE)
+SENSITIVITY = {
+    "before": _BEFORE,
+    "+prefill_attention": replace(_BEFORE, terms=("prefill_attention",)),
+    "+prefix_reads": replace(_BEFORE, terms=("prefix_reads",)),
+    "+reload_latency": replace(_BEFORE, terms=("reload_latency",)),
+    "+host_tier_hicache_2x": replace(_BEFORE, host_ratio=HICACHE_RATIO),
+    "+host_tier_1x": replace(_BEFORE, host_ratio=1.0),
+    "+host_tier_none": replace(_BEFORE, host_ratio=0.0),
+    "+kv_kept_at_weight_update": replace(_BEFORE, kv_after_weight_update="keep"),
+    "+slots_64": replace(_BEFORE, slots_per_engine=PAPER_SLOTS_PER_ENGINE),
+    "all_cost_terms": _TERMS,
+    "all_cost_terms+slots_64": _PAPER,
+    "all_cost_terms+slots_64+host_tier_1x": replace(_PAPER, host_ratio=1.0),
+    "all_cost_terms+slots_64+tool_latency_fig16b": replace(_PAPER, tool_seconds_median=0.6),  # mean 0.6 e^0.5 = 1.0 s
+    "all_cost_terms+slots_64+coarsen_4": replace(_PAPER, fidelity=Fidelity(coarsen=4, quantum=128, steps=4)),
+}
+
+
+def sensitivity(quick: bool, workload: WorkloadConfig, extra_policy: str | None = None) -> Iterator[Case]:
+    """Fig. 10's Qwen3-32B, batch 64, async_factor 1.5 cell under each row of SENSITIVITY
+    (quick: the rows up to `all_cost_terms+slots_64`, without the coarsening check)."""
+    rows = list(SENSITIVITY.items())
+    if quick:
+        rows = rows[: list(SENSITIVITY).index("all_cost_terms+slots_64") + 1]
+    yield from _cell_under(rows, workload, extra_policy)
+
+
+# Turns merged by 8, 4 and 2 (each at a quantum that keeps a turn a few units long), the
+# scenarios' model and setting otherwise: does coarsening move the figures?
+COARSENING = {f"coarsen_{f.coarsen:g}": replace(_PAPER, fidelity=f)
+              for f in (QUICK, Fidelity(coarsen=4, quantum=128, steps=4), Fidelity(coarsen=2, quantum=64, steps=4))}
+
+
+def coarsening(quick: bool, workload: WorkloadConfig, extra_policy: str | None = None) -> Iterator[Case]:
+    """The sensitivity cell with all cost terms and 64 slots at coarsening 8, 4 and 2 (quick:
+    8 and 4)."""
+    rows = list(COARSENING.items())
+    yield from _cell_under(rows[:2] if quick else rows, workload, extra_policy)
+
+
+def _cell_under(rows: list[tuple[str, Variant]], workload: WorkloadConfig, extra_policy: str | None) -> Iterator[Case]:
+    model, tp = "qwen3-32b", 2
+    for label, row in rows:
+        cluster = paper_cluster(model, tp, row.host_ratio, row.slots_per_engine)
+        cluster["engine.kv_after_weight_update"] = row.kv_after_weight_update
+        cost = without_terms(preset(model, tp), [t for t in ALL_TERMS if t not in row.terms])
+        load = workload if row.tool_seconds_median is None else workload.model_copy(
+            update={"tool_seconds_median": row.tool_seconds_median})
+        fields = {"model": model, "tp": tp, "batch_groups": 64, "async_factor": 1.5, "cluster": cluster, "cost": cost}
+        names = [*FIG10_SYSTEMS, *(["venus"] if extra_policy else [])]
+        policies = [None] * len(FIG10_SYSTEMS) + ([extra_policy] if extra_policy else [])
+        specs = [_spec(n, row.fidelity, load, p, **fields) for n, p in zip(names, policies, strict=True)]
+        yield Case({"variant": label}, tuple(specs))
+
+
+SCENARIOS = {"paper-fig10": fig10, "paper-table1": table1, "scale": scale, "sensitivity": sensitivity,
+             "coarsening": coarsening}

@@ -39,6 +39,26 @@ from venusrl.rollout.slots import SlotMode
 # SGLang's radix cache as the baselines run it: LRU eviction, no residency-aware demotion.
 SGLANG_CACHE = {"engine.cache_policy": "lru", "engine.demotion": False}
 
+# What each baseline's engines do with cached KV at a weight update: all three flush it, so
+# every token after the update is recomputed by the new weights (`recompute`; SGLang's
+# flush_cache resets the radix tree, and with HiCache the host pool too: HiRadixCache.reset
+# clears token_to_kv_pool_host).
+# - slime: `UpdateWeightFromDistributed.update_weights` pauses generation, then calls
+#   `flush_cache` on every rollout engine before the broadcast ("Pause -> flush -> ...";
+#   THUDM/slime slime/backends/megatron_utils/update_weight/update_weight_from_distributed.py,
+#   commit 02a644a).
+# - ROLL Flash: the agentic pipeline's step offloads the inference states, updates the model
+#   and calls `actor_infer.load_states()`, whose SGLang strategy starts with `flush_cache()`
+#   (vLLM: `reset_prefix_cache()`) (alibaba/ROLL roll/pipeline/agentic/agentic_pipeline.py
+#   phases 2-4 and roll/distributed/strategy/sglang_strategy.py `load_states`, commit 8eb27cc).
+# - ThunderAgent schedules programs in front of the engines of an RL framework, which owns
+#   the weight update: its RL examples run under slime (flush as above) and SkyRL, whose
+#   workers call `inference_engine_client.reset_prefix_cache()` at each weight sync
+#   (ThunderAgent-org/ThunderAgent examples/rl_training/, skyrl_train/workers/fsdp/fsdp_worker.py,
+#   commit a7eef77).
+# venus keeps the training default, `recompute` too. `keep` is the sensitivity table's row.
+FLUSH_AT_WEIGHT_UPDATE = {"engine.kv_after_weight_update": "recompute"}
+
 
 @dataclass(slots=True, frozen=True)
 class Preset:
@@ -48,10 +68,13 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {
-    "slime": Preset({"scheduler.policy": "trajectory_level", **SGLANG_CACHE}, orchestration=False),
-    "rollflash": Preset({"scheduler.policy": "action_level", **SGLANG_CACHE}, orchestration=False),
+    "slime": Preset({"scheduler.policy": "trajectory_level", **SGLANG_CACHE, **FLUSH_AT_WEIGHT_UPDATE},
+                    orchestration=False),
+    "rollflash": Preset({"scheduler.policy": "action_level", **SGLANG_CACHE, **FLUSH_AT_WEIGHT_UPDATE},
+                        orchestration=False),
     "thunderagent": Preset({"scheduler.policy": "venus", "scheduler.priority": "action_level",
-                            "engine.demotion_order": "idle_first"}, orchestration=False, program_aware=True),
+                            "engine.demotion_order": "idle_first", **FLUSH_AT_WEIGHT_UPDATE},
+                           orchestration=False, program_aware=True),
     "venus": Preset({}, orchestration=True),
     "baseline": Preset({"scheduler.policy": "action_level", **SGLANG_CACHE}, orchestration=False),
     "+priority": Preset({"scheduler.policy": "venus", **SGLANG_CACHE}, orchestration=False),
@@ -89,12 +112,6 @@ class SystemSpec:
     @property
     def demotion_order(self) -> Literal["shortest", "idle_first"]:
         return self.config.engine.demotion_order
-
-    @property
-    def host_tier(self) -> bool:
-        """The simulated host tier keeps whatever the device pool evicts (it prices reloads,
-        it does not bound them); on when the config gives the engine one."""
-        return self.config.engine.host_kv_capacity_tokens > 0
 
     @property
     def uses_predictions(self) -> bool:

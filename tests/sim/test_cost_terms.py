@@ -1,0 +1,57 @@
+"""Each cost term of the simulator changes which system finishes first in some cluster: the
+small cluster (`sim_helpers`) with the term on and off, at the seed where the two systems
+swap places by more than 1.5% either way. Deterministic per seed. The terms' formulas are
+checked against hand computations in `test_cost_model.py`."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tests.sim.sim_helpers import SMALL_COST, small_spec
+
+from venusrl.sim import run
+
+HOST = {"engine.host_kv_capacity_tokens": 1 << 20}  # far more than the run ever evicts
+
+
+def _finish(name: str, seed: int, cost=SMALL_COST, config: dict | None = None, steps: int = 3) -> float:
+    return run.simulate(small_spec(name, seed=seed, cost=cost, config=config, steps=steps)).sim_seconds
+
+
+def _swap(first: str, second: str, seed: int, off: dict, on: dict) -> None:
+    """`first` finishes before `second` with the term off, after it with the term on."""
+    before = _finish(second, seed, **off) / _finish(first, seed, **off)
+    after = _finish(second, seed, **on) / _finish(first, seed, **on)
+    assert before > 1.015 and after < 1 / 1.015, (before, after)
+
+
+def test_prefill_attention_over_the_context_swaps_venus_and_action_level():
+    """Venus prefills longer contexts again (its moves between engines): priced at their
+    quadratic attention, action-level scheduling (ROLL Flash) overtakes it."""
+    _swap("venus", "rollflash", 2, {}, {"cost": replace(SMALL_COST, attention_pair_s=1e-7)})
+
+
+def test_prefix_reads_of_chunked_prefill_swap_venus_and_action_level():
+    _swap("venus", "rollflash", 2, {}, {"cost": replace(SMALL_COST, prefix_read_token_s=1e-4)})
+
+
+def test_reload_latency_swaps_thunderagent_and_action_level():
+    """With a host tier, ThunderAgent's pauses turn into loads; at 50 ms a load it falls behind."""
+    _swap("thunderagent", "rollflash", 0, {"config": HOST},
+          {"config": HOST, "cost": replace(SMALL_COST, reload_latency_s=0.05)})
+
+
+def test_a_bounded_host_tier_swaps_thunderagent_and_action_level():
+    """An unbounded host tier makes ThunderAgent's evictions free reloads; bounded at half the
+    device pool, they are recomputed and action-level scheduling finishes first."""
+    _swap("thunderagent", "rollflash", 0, {"config": HOST}, {"config": {"engine.host_kv_capacity_tokens": 2000}})
+
+
+def test_keeping_cached_kv_at_a_weight_update_swaps_residency_tiers_and_action_level():
+    """One group a step, five steps: with the cache flushed at every update (what slime, ROLL
+    Flash and ThunderAgent's frameworks do) the residency tiers finish first; were the KV kept
+    across updates, plain LRU would."""
+    one_group = {"coordinator.batch_groups": 1}
+    _swap("+kv_residency", "rollflash", 7, {"config": {**one_group, "engine.kv_after_weight_update": "recompute"},
+                                            "steps": 5},
+          {"config": {**one_group, "engine.kv_after_weight_update": "keep"}, "steps": 5})
