@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import time
 
 import pytest
 from tests.rollout.scripted import Scripted
@@ -58,10 +59,14 @@ def test_a_sandbox_that_dies_mid_command_becomes_an_observation(cluster, tokeniz
 
     async def main():
         sandbox = await AsyncSandbox.create(cluster.controller)
+        before = (await sandbox.metrics())["processes"]
         model = Scripted(tokenizer, [(call("import time\ntime.sleep(60)"), True), ("gave up", True)])
         loop = asyncio.create_task(run_agent_loop(PythonEnv(), row, model, tokenizer,
                                                   RolloutConfig(tool_timeout_s=30), "py-1", sandbox=sandbox))
-        await asyncio.sleep(2.0)
+        deadline = time.monotonic() + 30
+        while (await sandbox.metrics())["processes"] <= before:  # until the tool's python runs in it
+            assert time.monotonic() < deadline and not loop.done(), "the tool call never started"
+            await asyncio.sleep(0.01)
         await sandbox.kill()
         return await asyncio.wait_for(loop, timeout=30)
 

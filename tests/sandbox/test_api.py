@@ -76,16 +76,18 @@ def test_template_files_are_a_shared_read_only_base(cluster):
 def test_pause_holds_a_command_until_resume(sandbox):
     sandbox.pause()
     assert sandbox.metrics()["paused"]
-    started = time.monotonic()
+    assert not sandbox.metrics()["command_running"]
     results = []
     runner = threading.Thread(target=lambda: results.append(sandbox.run("echo ran", timeout=30)))
     runner.start()
-    time.sleep(0.5)
-    assert not results  # frozen: nothing runs
+    deadline = time.monotonic() + 30
+    while not sandbox.metrics()["command_running"]:  # the request has reached the frozen sandbox
+        assert time.monotonic() < deadline, "the command never reached the paused sandbox"
+        time.sleep(0.01)
+    assert not results and sandbox.metrics()["paused"]  # frozen: it cannot run
     sandbox.resume()
     runner.join(timeout=30)
-    assert results[0].stdout == "ran\n"
-    assert time.monotonic() - started >= 0.5
+    assert results[0].stdout == "ran\n" and not sandbox.metrics()["command_running"]
 
 
 def test_metrics_report_real_memory(sandbox):

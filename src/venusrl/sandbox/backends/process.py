@@ -110,6 +110,7 @@ class SandboxProcess:
             "oom_kills": self.cgroup.oom_kills(),
             "pids_refused": self.cgroup.pids_events_max(),
             "paused": self.paused,
+            "command_running": self.in_flight is not None,  # a run request is being served (or held by a pause)
             "uid": self.uid.uid,
             **self.quota.usage(),
         }
