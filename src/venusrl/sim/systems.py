@@ -21,9 +21,9 @@ same `Config` the training run reads. What a preset does not set is the real def
 - Table 1's ablations: `baseline` (= rollflash), then `+priority`, `+kv_residency`,
   `+migration` (= venus).
 
-Two switches have no training-config field yet, so they are the preset's own: `orchestration`
-(the real rollout worker always moves turns between engines under priority slots with more
-than one engine) and `program_aware` (ThunderAgent's slots; not in the real worker).
+Moves between engines are the training config's `rollout.orchestration` (off in every
+system but venus and +migration). One switch has no training-config field, so it is the
+preset's own: `program_aware` (ThunderAgent's slots; not in the real worker).
 """
 
 from __future__ import annotations
@@ -59,27 +59,27 @@ SGLANG_CACHE = {"engine.cache_policy": "lru", "engine.demotion": False}
 # venus keeps the training default, `recompute` too. `keep` is the sensitivity table's row.
 FLUSH_AT_WEIGHT_UPDATE = {"engine.kv_after_weight_update": "recompute"}
 
+# No turn moves between engines (only venus moves them; the slot-level baselines could not anyway).
+NO_MOVES = {"rollout.orchestration": False}
+
 
 @dataclass(slots=True, frozen=True)
 class Preset:
     overrides: Mapping[str, Any]  # dotted keys of the training config
-    orchestration: bool
     program_aware: bool = False
 
 
 PRESETS: dict[str, Preset] = {
-    "slime": Preset({"scheduler.policy": "trajectory_level", **SGLANG_CACHE, **FLUSH_AT_WEIGHT_UPDATE},
-                    orchestration=False),
-    "rollflash": Preset({"scheduler.policy": "action_level", **SGLANG_CACHE, **FLUSH_AT_WEIGHT_UPDATE},
-                        orchestration=False),
+    "slime": Preset({"scheduler.policy": "trajectory_level", **SGLANG_CACHE, **FLUSH_AT_WEIGHT_UPDATE, **NO_MOVES}),
+    "rollflash": Preset({"scheduler.policy": "action_level", **SGLANG_CACHE, **FLUSH_AT_WEIGHT_UPDATE, **NO_MOVES}),
     "thunderagent": Preset({"scheduler.policy": "venus", "scheduler.priority": "action_level",
-                            "engine.demotion_order": "idle_first", **FLUSH_AT_WEIGHT_UPDATE},
-                           orchestration=False, program_aware=True),
-    "venus": Preset({}, orchestration=True),
-    "baseline": Preset({"scheduler.policy": "action_level", **SGLANG_CACHE}, orchestration=False),
-    "+priority": Preset({"scheduler.policy": "venus", **SGLANG_CACHE}, orchestration=False),
-    "+kv_residency": Preset({"scheduler.policy": "venus"}, orchestration=False),
-    "+migration": Preset({}, orchestration=True),
+                            "engine.demotion_order": "idle_first", **FLUSH_AT_WEIGHT_UPDATE, **NO_MOVES},
+                           program_aware=True),
+    "venus": Preset({}),
+    "baseline": Preset({"scheduler.policy": "action_level", **SGLANG_CACHE, **NO_MOVES}),
+    "+priority": Preset({"scheduler.policy": "venus", **SGLANG_CACHE, **NO_MOVES}),
+    "+kv_residency": Preset({"scheduler.policy": "venus", **NO_MOVES}),
+    "+migration": Preset({}),
 }
 
 
@@ -90,8 +90,11 @@ class SystemSpec:
 
     name: str
     config: Config
-    orchestration: bool
     program_aware: bool = False  # thunderagent: all HIGH in the engine, slots by paused/not
+
+    @property
+    def orchestration(self) -> bool:
+        return self.config.rollout.orchestration
 
     @property
     def slot_mode(self) -> SlotMode:
@@ -130,8 +133,7 @@ def system(name: str, policy: PolicyName | None = None, overrides: Mapping[str, 
         config = config_from(merged)
     except ConfigError as err:
         raise ValueError(f"system {name!r}: {err}") from None
-    return SystemSpec(name if policy is None else f"{name}[{policy}]", config, preset.orchestration,
-                      preset.program_aware)
+    return SystemSpec(name if policy is None else f"{name}[{policy}]", config, preset.program_aware)
 
 
 SYSTEMS = {name: system(name) for name in PRESETS}
