@@ -32,21 +32,30 @@ def test_a_request_that_cannot_be_admitted_waits_for_a_call_instead_of_spinning(
     engine.step = counted_step
     runner = AsyncEngine(engine)
 
+    def pin(e: Engine, delta: int) -> None:
+        """Lock (or unlock) the cached 40 tokens as a running request locks its prefix: KV no
+        request may evict, the one state in which a lone waiting request cannot be admitted
+        (a lone request may evict every unlocked tier, `admission.Step.eviction_tier`)."""
+        node = e.scheduler.cache.match_prefix(cached).node
+        (e.scheduler.cache.lock if delta > 0 else e.scheduler.cache.unlock)(node)
+
+    cached = list(range(1, 33))
+
     async def scenario():
-        await runner.acall(lambda e: e.start_trajectory("high", Priority.HIGH))
         high = SamplingParams(max_new_tokens=8, temperature=0, stop_token_ids=(-1,))
-        async for _ in runner.generate(list(range(1, 33)), high, Priority.HIGH, "high"):
-            pass  # 40 tokens of the 48-token pool stay cached for the HIGH trajectory
+        async for output in runner.generate(cached, high, Priority.HIGH, "high"):
+            cached[32:] = output.output_ids[:-1]  # 39 of the 48-token pool cached
+        await runner.acall(lambda e: pin(e, 1))
         low = SamplingParams(max_new_tokens=4, temperature=0, stop_token_ids=(-1,))
         outputs = runner.generate(list(range(100, 116)), low, Priority.LOW)
         pending = asyncio.ensure_future(anext(outputs))
-        # the LOW request may not evict HIGH KV: it waits. Once the engine has found that out
-        # (one idle step), further loop iterations are waits for a call, not steps.
+        # the LOW request does not fit beside the locked KV: it waits. Once the engine has found
+        # that out (one idle step), further loop iterations are waits for a call, not steps.
         assert await asyncio.to_thread(lambda: _wait_until(runner, lambda: engine.last_step_idle))
         stalled_steps = steps
         assert await asyncio.to_thread(runner.wait_iterations, 3, 30)
         assert steps == stalled_steps and not pending.done()
-        await runner.acall(lambda e: e.release_trajectory("high"))
+        await runner.acall(lambda e: pin(e, -1))
         last = await asyncio.wait_for(pending, timeout=30)
         async for output in outputs:
             last = output

@@ -12,19 +12,22 @@ from venusrl.types import Priority, SamplingParams
 
 
 def watch_grow(s):
-    """Check the growth contract on every allocation: a request gets pages only when its
-    priority's budget (free pages plus what it may evict) covers them; a refusal changes
-    nothing; memory for a LOW request is never taken from the high_ref tier."""
+    """Check the growth contract on every allocation: a request gets pages only when the
+    budget of the tier it is given (free pages plus what it may evict) covers them; a refusal
+    changes nothing; memory for a LOW request is taken from the high_ref tier only when no
+    other request runs (work conservation, `Step.eviction_tier`)."""
     grow, evict = s.kv.grow, s.cache.evict
     current = {}
 
-    def tracked_grow(request, count):
-        tier = max_evictable_tier(request.priority)
+    def tracked_grow(request, count, max_tier=None):
+        tier = max_evictable_tier(request.priority) if max_tier is None else max_tier
+        if request.priority == Priority.LOW and tier > Tier.LOW_REF:
+            assert all(other is request for other in s.running)
         budget, (_, need) = s.kv.available_pages(tier), s.kv.room_and_pages(request, count)
         before = (list(request.kv_slots), s.allocator.free_pages, list(s.cache.evicted_tokens))
-        current["priority"] = request.priority
+        current["priority"] = request.priority if tier <= Tier.LOW_REF else None
         try:
-            granted = grow(request, count)
+            granted = grow(request, count, max_tier)
         finally:
             current["priority"] = None
         assert granted == (budget >= need)

@@ -116,12 +116,13 @@ def test_high_preempts_low_and_low_resumes_to_the_same_tokens(tiny_model_dir):
     assert engine.stats()["cached_tokens"] > 0, "the resume reuses the preempted turn's KV"
 
 
-def test_a_high_holder_the_engine_demoted_gives_its_slot_to_a_high_turn(tiny_model_dir):
+def test_a_high_holder_the_engine_demoted_and_a_high_turn_behind_it_both_finish(tiny_model_dir):
     """Both trajectories are HIGH; B's first turn left 158 tokens of KV cached, so A's growing
     context pushes HIGH demand past the 200-token pool and the engine demotes A (shorter
-    context first). Demoted, A may not evict B's KV, so it cannot grow: if A kept its slot,
-    B's next turn would wait on A and A on B. B takes the slot instead; when B ends, A
-    resumes and ends with the uninterrupted greedy output."""
+    context first). Neither may wait on the other for good: B's next turn takes the slot if it
+    asks while A is demoted (`RolloutCore.wants_demoted`), and A, alone in the engine, grows
+    into B's KV rather than idle (`admission.Step.eviction_tier`). Which comes first is
+    timing; either way both finish and A ends with the uninterrupted greedy output."""
     from venusrl.model.generate import generate
     from venusrl.types import Priority, SamplingParams
 
@@ -138,8 +139,6 @@ def test_a_high_holder_the_engine_demoted_gives_its_slot_to_a_high_turn(tiny_mod
             a = asyncio.create_task(worker._generate(a_prompt, long, "1"))
             while not await async_engine.acall(lambda e: e.scheduler.demoted_trajectories()):
                 await asyncio.sleep(0.002)
-            # without the slot going to B this never ends: A, LOW in the engine, may not evict
-            # B's high_ref KV to grow, and B waits for A's slot
             b_second = await asyncio.wait_for(
                 worker._generate(b_prompt + b_first.output_ids + [1, 2, 3], short, "2"), timeout=120)
             await async_engine.acall(lambda e: e.release_trajectory("2"))  # B ends: A may use its KV
@@ -149,7 +148,7 @@ def test_a_high_holder_the_engine_demoted_gives_its_slot_to_a_high_turn(tiny_mod
 
     a, b_second, worker = asyncio.run(main())
     assert engine.stats()["demotions"] > 0
-    assert a.preemptions == 1 and worker.preemptions == 1
+    assert a.preemptions == worker.preemptions <= 1
     assert len(b_second.output_ids) == 8
     assert a.output_ids == generate(engine.runner.model, a_prompt, long).token_ids
 

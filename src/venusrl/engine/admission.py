@@ -12,8 +12,12 @@ Two passes over one `Step`, in this order:
    requests; the first request that still does not fit stops admission (no overtaking, so a
    large request is not starved by small ones behind it).
 
+Work conservation: a request that is the iteration's only work may evict every unlocked tier
+(`Step.eviction_tier`), so an engine never idles to keep KV for trajectories that are not
+running.
+
 Invariants: a request is granted KV only through `KVBook.grow`, which checks the pages its
-priority may evict before taking any (admission never over-commits the budget); prefill
+priority (or being the only work) may evict before taking any (admission never over-commits the budget); prefill
 tokens handed out never exceed ``max_prefill_tokens`` (decode tokens are not counted); at
 most ``max_running_requests`` run.
 """
@@ -26,6 +30,7 @@ from dataclasses import dataclass, field
 from venusrl.engine.batch import Batch, ScheduledRequest
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.kv_book import KVBook
+from venusrl.engine.radix_cache import Tier, max_evictable_tier
 from venusrl.engine.request import Request, RequestStatus
 from venusrl.engine.request_queue import RequestQueue
 from venusrl.engine.scheduler_stats import count_admission
@@ -51,6 +56,15 @@ class Step:
     counters: Counters
     batch: Batch
     items: dict[str, ScheduledRequest] = field(default_factory=dict)
+
+    def eviction_tier(self, request: Request) -> Tier:
+        """What ``request`` may evict for its memory now: its priority's tiers, or every
+        unlocked tier when it is the iteration's only work (nothing scheduled yet, no other
+        request running). Keeping HIGH KV for trajectories that are not running is worth
+        only what it saves them later; an engine that idles for it can deadlock (the owners'
+        next turns may wait on the very slot this request holds), so it never idles."""
+        alone = not self.items and all(other is request for other in self.queue.running)
+        return Tier.HIGH_REF if alone else max_evictable_tier(request.priority)
 
     def schedule(self, request: Request, count: int) -> None:
         """Compute ``count`` more tokens of ``request`` (its slots already allocated)."""
@@ -92,7 +106,7 @@ def schedule_running(step: Step, budget: int) -> int:
         count = 1 if pending == 1 else min(pending, step.config.chunked_prefill_size, budget)
         if count == 0:
             continue
-        while not step.kv.grow(request, count):
+        while not step.kv.grow(request, count, step.eviction_tier(request)):
             if end > index + 1:
                 end -= 1
                 step.retract(order[end])
@@ -132,7 +146,7 @@ def admit_waiting(step: Step, budget: int) -> None:
 def admit(step: Step, request: Request, budget: int) -> int | None:
     """Attach the request's cached KV and its first chunk's slots and start it running;
     returns the chunk size, or None (nothing changed) when memory does not allow it."""
-    attached = step.kv.attach(request, min(step.config.chunked_prefill_size, budget))
+    attached = step.kv.attach(request, min(step.config.chunked_prefill_size, budget), step.eviction_tier(request))
     if attached is None:
         return None
     count, loaded = attached

@@ -10,7 +10,9 @@ tree, or private to exactly one running request; a running request's first `cach
 slots are the tree's path to its locked `prefix_node`; its private slots start at a page
 boundary. Memory is only ever taken through `take_pages`, which evicts no tier above the one
 it is given, and every caller first checks `available_pages` for that tier, so a request is
-never granted KV its priority may not evict (admission and eviction read the same counters).
+never granted KV beyond the tier it is given (admission and eviction read the same counters):
+its priority's (`max_evictable_tier`), or every unlocked tier when the scheduler finds it the
+only work of the iteration (`admission.Step.eviction_tier`).
 """
 
 from __future__ import annotations
@@ -59,16 +61,18 @@ class KVBook:
 
     # ---- growth --------------------------------------------------------------------------
 
-    def grow(self, request: Request, count: int) -> bool:
-        """Allocate slots for ``count`` more tokens, evicting only tiers the request may evict."""
+    def grow(self, request: Request, count: int, max_tier: Tier | None = None) -> bool:
+        """Allocate slots for ``count`` more tokens, evicting no tier above ``max_tier``
+        (default: the tiers the request's priority may evict)."""
+        max_tier = max_evictable_tier(request.priority) if max_tier is None else max_tier
         room, need = self.room_and_pages(request, count)
-        if self.available_pages(max_evictable_tier(request.priority)) < need:
+        if self.available_pages(max_tier) < need:
             return False
         slots = request.kv_slots
         target = len(slots) + count
         if room:
             slots.extend(range(slots[-1] + 1, slots[-1] + 1 + min(room, count)))
-        for new_page in self.take_pages(need, max_evictable_tier(request.priority)):
+        for new_page in self.take_pages(need, max_tier):
             slots.extend(self.allocator.page_slots(new_page))
         del slots[target:]
         return True
@@ -89,11 +93,11 @@ class KVBook:
         if copy is not None:
             self._copies.append(copy)
 
-    def attach(self, request: Request, max_chunk: int) -> tuple[int, int] | None:
+    def attach(self, request: Request, max_chunk: int, max_tier: Tier | None = None) -> tuple[int, int] | None:
         """Give a waiting request its cached prefix (locked), the host-cached continuation
         (loaded back, not computed) and slots for a first chunk of at most ``max_chunk``
         tokens. Returns (chunk, loaded), or None, with nothing changed but LRU clocks and
-        host pins, when its priority may not evict enough for them."""
+        host pins, when evicting up to ``max_tier`` (`grow`'s default) does not free enough."""
         tokens = request.all_ids
         # Keep at least the last token to compute: its logits give the next sample.
         match = self.cache.match_prefix(tokens[:-1])
@@ -104,7 +108,7 @@ class KVBook:
         count = min(len(tokens) - cached - loaded, max_chunk)
         request.kv_slots, request.cached_len = list(match.slots), cached
         request.num_computed, request.prefix_node = cached, match.node
-        if not self.grow(request, loaded + count):
+        if not self.grow(request, loaded + count, max_tier):
             self.cache.unlock(match.node)
             request.kv_slots, request.cached_len, request.num_computed = [], 0, 0
             request.prefix_node = None
