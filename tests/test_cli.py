@@ -60,3 +60,5 @@ def test_bench_rollout_refuses_case_overrides_outside_the_timed_table():
         assert result.exit_code == 2 and "case overrides apply to the timed table" in said, result.output
     result = runner.invoke(app, ["bench", "rollout", "--slots-per-engine", "0"])
     assert result.exit_code == 2 and "slots-per-engine" in result.output
+    result = runner.invoke(app, ["bench", "rollout", "--test-log-lines", "-1"])
+    assert result.exit_code == 2 and "test-log-lines" in result.output

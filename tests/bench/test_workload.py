@@ -77,3 +77,24 @@ def test_failing_tests_fall_to_zero_at_the_end_on_average():
     rng = random.Random(0)
     assert np.mean([failing_tests(plan, plan.turns, rng) for _ in range(200)]) < 1.0
     assert np.mean([failing_tests(plan, 0, rng) for _ in range(200)]) > plan.tests - 1.5
+
+
+def test_the_test_log_lists_up_to_log_lines_failing_tests_and_leaves_the_plan_alone():
+    logged = make_tasks(600, seed=3, max_turns=8, latency_mean_s=0.05, log_lines=3)
+    task, plain = next((a, b) for a, b in zip(logged, TASKS, strict=True) if plan_episode(a.row(), 0).turns >= 4)
+    env = AgentTaskEnv(Counter())
+
+    async def episode():
+        await env.reset(task.row())
+        answers = []
+        while not (result := await env.respond()).done:
+            answers.append(result.observations[0]["content"])
+        return answers
+
+    answers = asyncio.run(episode())
+    assert plan_episode(task.row(), 0) == plan_episode(plain.row(), 0)  # the log changes no draw
+    for answer in answers:
+        head, *lines = answer.split("\n")
+        failing = int(head.split(": ")[1].split()[0])
+        assert len(lines) == min(failing, 3) and all(line.startswith("FAILED tests/") for line in lines)
+    assert any(len(a) > 150 for a in answers)  # a context grows by its observations

@@ -98,6 +98,7 @@ class RolloutCase:
     max_version_span: int = 2
     gradient_fraction: float = 0.75
     seed: int = 0
+    test_log_lines: int = 0  # failing tests each tool answer lists (`workload.failure_lines`)
 
 
 @dataclass(slots=True, frozen=True)
@@ -146,7 +147,8 @@ class RecordingPredictor(BackgroundPredictor):
 
 def tasks(case: RolloutCase, seed: int) -> list[Prompt]:
     """Enough tasks for a round: N batches, the window and spare."""
-    return make_tasks((case.steps + 2) * case.batch_groups, seed, case.max_turns, case.tool_latency_mean_s)
+    return make_tasks((case.steps + 2) * case.batch_groups, seed, case.max_turns, case.tool_latency_mean_s,
+                      case.test_log_lines)
 
 
 @dataclass(slots=True)
@@ -372,7 +374,8 @@ def run(quick: bool, trace: bool = False, case: RolloutCase | None = None, place
                      "turns": f"round(LogNormal(log({TURNS_EASY} * ({case.max_turns}/{TURNS_EASY})**d), {TURNS_SIGMA})), "
                               f"1..{case.max_turns}, per trajectory",
                      "prompt_hint": f"vocabulary level of d + N(0, {HINT_NOISE})",
-                     "tool_latency": f"Exponential, mean {case.tool_latency_mean_s}s"},
+                     "tool_latency": f"Exponential, mean {case.tool_latency_mean_s}s",
+                     "tool_answer": f"test counts and up to {case.test_log_lines} failing-test lines"},
         "setups": {mode: asdict(setup) for mode, setup in SETUPS.items()},
         "machine": "shared: timings carry the load of other processes; see the per-repeat spread",
         "engine_placement": placement,

@@ -12,8 +12,11 @@ only through a noisy hint: three words of the vocabulary level of d + N(0, HINT_
 their difficulty, and two prompts with the same text take different numbers of turns. After
 every turn the environment answers, after a tool latency ~ Exponential(mean
 `latency_mean_s`), with test results: `tests` = 4 + Poisson(4 + 20 d) of which the failing
-ones fall towards 0 as the trajectory nears its end, with noise. A predictor can learn from
-the hint, the test counts and the group mates that finished, not read the answer.
+ones fall towards 0 as the trajectory nears its end, with noise. With `log_lines` > 0 the
+answer also lists up to that many failing tests, one line each (a test runner's report), so
+a context grows by its observations as a coding agent's does and KV, not slots, can bind. A
+predictor can learn from the hint, the test counts and the group mates that finished, not
+read the answer.
 
 The random tiny model's text is not the point: its turns cost real forward passes and KV.
 """
@@ -55,9 +58,9 @@ class EpisodePlan:
     latencies_s: tuple[float, ...]  # after each turn but the last
 
 
-def make_tasks(count: int, seed: int, max_turns: int, latency_mean_s: float) -> list[Prompt]:
+def make_tasks(count: int, seed: int, max_turns: int, latency_mean_s: float, log_lines: int = 0) -> list[Prompt]:
     """`count` tasks; the row carries what the environment needs (difficulty among it), the
-    messages only the hint sentence."""
+    messages only the hint sentence; `log_lines`: failing tests each answer lists."""
     rng = random.Random(f"tasks-{seed}")
     tasks = []
     for i in range(count):
@@ -68,7 +71,7 @@ def make_tasks(count: int, seed: int, max_turns: int, latency_mean_s: float) -> 
         task_id = f"task-{seed}-{i}"
         tasks.append(Prompt(id=task_id, messages=({"role": "user", "content": text},),
                             metadata={"id": task_id, "difficulty": difficulty, "max_turns": max_turns,
-                                      "latency_mean_s": latency_mean_s}))
+                                      "latency_mean_s": latency_mean_s, "log_lines": log_lines}))
     return tasks
 
 
@@ -94,6 +97,13 @@ def failing_tests(plan: EpisodePlan, turns_done: int, rng: random.Random) -> int
     return max(0, round(plan.tests * left / plan.turns + rng.gauss(0.0, 1.0)))
 
 
+def failure_lines(plan: EpisodePlan, failing: int, limit: int, rng: random.Random) -> list[str]:
+    """The test runner's report of up to `limit` of the `failing` tests, one line each."""
+    return [f"FAILED tests/test_module_{rng.randrange(plan.tests)}.py::test_case_{rng.randrange(100)} - "
+            f"AssertionError: expected {rng.randrange(1000)}, got {rng.randrange(1000)}"
+            for _ in range(min(failing, limit))]
+
+
 class AgentTaskEnv(Environment):
     """Answers every turn (tool call or not) after its latency with test results until the
     episode's turns are used up. The n-th episode of a task in a round (`episodes`, shared
@@ -107,6 +117,7 @@ class AgentTaskEnv(Environment):
         self.episodes = episodes
         self.plan = EpisodePlan(1, 1, ())
         self.turns_done = 0
+        self.log_lines = 0
         self.rng = random.Random()
 
     async def reset(self, row: dict[str, Any], sandbox: Any = None):
@@ -115,6 +126,7 @@ class AgentTaskEnv(Environment):
         self.rng.seed(f"{row['id']}-{self.episodes[row['id']]}-tests")
         self.episodes[row["id"]] += 1
         self.turns_done = 0
+        self.log_lines = row.get("log_lines", 0)
         return [{"role": "system", "content": SYSTEM_PROMPT}, *row["messages"]], [RUN_TESTS_TOOL]
 
     async def _answer(self, wrap) -> StepResult:
@@ -123,7 +135,9 @@ class AgentTaskEnv(Environment):
             return StepResult(wrap("all tests passed"), done=True)
         await asyncio.sleep(self.plan.latencies_s[self.turns_done - 1])
         failing = failing_tests(self.plan, self.turns_done, self.rng)
-        return StepResult(wrap(f"ran {self.plan.tests} tests: {failing} failed"))
+        report = [f"ran {self.plan.tests} tests: {failing} failed",
+                  *failure_lines(self.plan, failing, self.log_lines, self.rng)]
+        return StepResult(wrap("\n".join(report)))
 
     async def step(self, tool_calls):
         return await self._answer(lambda text: [{"role": "tool", "tool_call_id": c["id"], "content": text}

@@ -109,6 +109,9 @@ def bench_rollout(
     slots_per_engine: Annotated[int | None, typer.Option(min=1, help="replace the case's generation slots per engine")] = None,
     kv_tokens_per_engine: Annotated[int | None, typer.Option(min=64, help="replace the case's KV pool per engine")] = None,
     repeats: Annotated[int | None, typer.Option(min=1, help="replace the case's paired repeats at the headline trainer factor")] = None,
+    test_log_lines: Annotated[int | None, typer.Option(
+        min=0, help="failing tests each tool answer lists, one line each (contexts grow by their observations: "
+        "KV binds, not slots)")] = None,
 ) -> None:
     """Time to N training steps with the trainer in the loop: trajectory-level vs
     action-level vs venus scheduling, the engine-time breakdown and predictor accuracy."""
@@ -120,8 +123,9 @@ def bench_rollout(
         raise typer.BadParameter("--greedy-check compares a placement with in_process: choose process",
                                  param_hint="--engine-placement")
     overrides = {name: value for name, value in (("slots_per_engine", slots_per_engine),
-                 ("kv_tokens_per_engine", kv_tokens_per_engine), ("repeats", repeats)) if value is not None}
+                 ("kv_tokens_per_engine", kv_tokens_per_engine), ("repeats", repeats),
+                 ("test_log_lines", test_log_lines)) if value is not None}
     if overrides and (sweep or greedy_check):
         raise typer.BadParameter("case overrides apply to the timed table, not to --sweep or --greedy-check",
-                                 param_hint="--slots-per-engine/--kv-tokens-per-engine/--repeats")
+                                 param_hint="--slots-per-engine/--kv-tokens-per-engine/--repeats/--test-log-lines")
     main(quick, json_out, sweep, engine_placement, greedy_check, overrides)
