@@ -30,12 +30,17 @@ def test_quick_rollout_bench_reports_the_end_to_end_run_of_every_mode():
         tokens = only["tokens"]
         assert tokens["trained"] <= tokens["sampled"] and tokens["discarded"] <= tokens["sampled"]
         assert abs(sum(result["breakdown"][name]["fractions"].values()) - 1) < 0.01
+        assert all(v >= 0 for v in only["engine_waits_s"].values())
+        split = result["breakdown"][name]["idle_split"]
+        assert abs(split["no_request_s"] + split["stalled_s"] + split["between_steps_s"]
+                   - result["breakdown"][name]["idle_s"]) < 0.01
         assert result["steady_step_s"][name] == only["steady_step_s"]
     assert result["trajectory_level"]["rounds"][0]["preemptions"] == result["action_level"]["rounds"][0]["preemptions"] == 0
     assert result["venus_no_moves"]["rounds"][0]["migrations"] == 0
     assert 0 < result["venus_no_moves_end_to_end_speedup_vs_action_level"] == headline[
         "venus_no_moves_end_to_end_speedup_vs_action_level"]
     for baseline in ("action_level", "trajectory_level"):
+        assert 1 <= headline[f"waste_bound_with_requests_vs_{baseline}"] <= headline[f"waste_bound_vs_{baseline}"]
         ratio = result[baseline]["time_to_last_step_s"] / result["venus"]["time_to_last_step_s"]
         assert result[f"end_to_end_speedup_vs_{baseline}"] == pytest.approx(ratio)
         assert result[f"end_to_end_speedup_vs_{baseline}_per_repeat"] == [pytest.approx(ratio)]

@@ -9,6 +9,10 @@ A step's time is split between its prefill and its decode by the linear step cos
 prompt token, decode the rest (the step's fixed cost, one `token_s` per sampled sequence and
 the KV it reads), both scaled so they add up to the step's measured time. Recompute and
 wasted decode are then shares of prefill and decode time by their token counts.
+
+The idle is split by the engines' own account of their waits (`StepLog.record_wait`): no
+request at all (every trajectory placed there is in a tool, finished, or not yet admitted by
+the window), requests it could not admit, and the rest, between steps.
 """
 
 from __future__ import annotations
@@ -33,10 +37,13 @@ def split_busy(samples: list[StepSample], cost: CostModel) -> tuple[float, float
     return prefill_s, decode_s
 
 
-def breakdown(samples: list[StepSample], cost: CostModel, engine_s: float, tokens: dict[str, int]) -> dict[str, Any]:
+def breakdown(samples: list[StepSample], cost: CostModel, engine_s: float, tokens: dict[str, int],
+              waits: dict[str, float] | None = None) -> dict[str, Any]:
     """Engine-seconds of a round (`engine_s` = engines x wall time) by what they were spent
     on, with each part's fraction. `tokens`: sampled, prefill_computed, recomputed,
-    discarded, aborted_unseen."""
+    discarded, aborted_unseen. `waits`: the engines' own idle_no_request_s and idle_stalled_s
+    (`StepLog.record_wait`), which split the idle into no request at all, requests the engine
+    could not admit, and between steps (the loop's own work, the OS running something else)."""
     prefill_s, decode_s = split_busy(samples, cost)
     recompute_s = prefill_s * _share(tokens["recomputed"], tokens["prefill_computed"])
     discarded = min(tokens["discarded"], tokens["sampled"])
@@ -52,8 +59,17 @@ def breakdown(samples: list[StepSample], cost: CostModel, engine_s: float, token
     }
     out: dict[str, Any] = {k: round(v, 3) for k, v in seconds.items()}
     out["engine_s"] = round(engine_s, 3)
-    out["fractions"] = {k.removesuffix("_s"): round(v / engine_s, 4) if engine_s else 0.0 for k, v in seconds.items()}
+    out["fractions"] = _fractions(seconds, engine_s)
+    waits = waits or {}
+    no_request = min(seconds["idle_s"], waits.get("idle_no_request_s", 0.0))
+    stalled = min(seconds["idle_s"] - no_request, waits.get("idle_stalled_s", 0.0))
+    split = {"no_request_s": no_request, "stalled_s": stalled, "between_steps_s": seconds["idle_s"] - no_request - stalled}
+    out["idle_split"] = {**{k: round(v, 3) for k, v in split.items()}, "fractions": _fractions(split, engine_s)}
     return out
+
+
+def _fractions(seconds: dict[str, float], engine_s: float) -> dict[str, float]:
+    return {k.removesuffix("_s"): round(v / engine_s, 4) if engine_s else 0.0 for k, v in seconds.items()}
 
 
 def _share(part: int, whole: int) -> float:

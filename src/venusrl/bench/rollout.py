@@ -211,6 +211,7 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
     gradient_s = trainer_s * case.gradient_fraction / case.batch_groups
     optimizer_s = trainer_s * (1 - case.gradient_fraction)
     stop = asyncio.Event()
+    at_start = [await e.stats() for e in async_engines]  # the idle the engines waited while starting
     started = time.monotonic()  # the engines' step logs' clock
     running = asyncio.create_task(worker.run(stop=stop))
     first_batch, step_done, trained, in_flight = None, [], [], 0
@@ -252,6 +253,8 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         "discarded": coordinator.counts.discarded_tokens,
         "aborted_unseen": max(0, sampled - worker.tokens.kept - worker.tokens.cancelled),
     }
+    waits = {kind: sum(getattr(b, kind) - getattr(a, kind) for a, b in zip(at_start, stats, strict=True))
+             for kind in ("idle_no_request_s", "idle_stalled_s")}
     steps_after_first = [b - a for a, b in zip(step_done, step_done[1:], strict=False)]
     figures = {
         "time_to_last_step_s": step_done[-1],
@@ -271,6 +274,7 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         "migrations": worker.migrations,
         "hit_rate": sum(s.cached_tokens for s in stats) / max(1, sum(s.prompt_tokens for s in stats)),
         "engine_s": case.engines * step_done[-1],
+        "engine_waits_s": waits,  # summed over engines, to when their stats were read
         "placement": placement,
     }
     if trace:  # every group the round admitted, each once
@@ -318,7 +322,8 @@ def _summary(rounds: list[Round], cost) -> dict[str, Any]:
         "tokens": {k: statistics.median(f["tokens"][k] for f in figures) for k in totals},
         "discarded_trajectories": sum(f["discarded_trajectories"] for f in figures),
         "breakdown": breakdown([s for r in rounds for s in r.samples], cost,
-                               sum(f["engine_s"] for f in figures), totals),
+                               sum(f["engine_s"] for f in figures), totals,
+                               {k: sum(f["engine_waits_s"][k] for f in figures) for k in figures[0]["engine_waits_s"]}),
         "rounds": figures,
     }
 
@@ -334,11 +339,15 @@ def _speedups(cell: dict[str, Any]) -> dict[str, Any]:
     """Per baseline: venus's paired speedups (median, per repeat, min, max; `venus_no_moves_`
     keys for venus without moves), and the most any schedule could gain on the baseline's
     engine time by removing all of its idle, recompute and wasted decode
-    (`waste_bound_vs_*`, the accounting a target is checked against)."""
+    (`waste_bound_vs_*`, the accounting a target is checked against); the same without the
+    idle in which its engines had no request at all (`waste_bound_with_requests_vs_*`: what
+    ordering the work it had could gain; the rest needs more work in flight)."""
     out: dict[str, Any] = {}
     for baseline in BASELINES:
         waste = sum(cell[baseline]["breakdown"]["fractions"][k] for k in WASTE)
         out[f"waste_bound_vs_{baseline}"] = 1 / max(1e-9, 1 - waste)
+        no_request = cell[baseline]["breakdown"]["idle_split"]["fractions"]["no_request"]
+        out[f"waste_bound_with_requests_vs_{baseline}"] = 1 / max(1e-9, 1 - waste + no_request)
         for variant, prefix in VARIANTS.items():
             for name, key in (("end_to_end", "time_to_last_step_s"), ("first_batch", "time_to_first_batch_s"),
                               ("steady_step", "steady_step_s")):

@@ -18,6 +18,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
@@ -292,8 +293,13 @@ class AsyncEngine:
                     if self._probe is None and self._held:
                         self._probe_next()
                         idle = False
-                    if self._run_commands(block=not self.engine.has_work or idle):
+                    had_request = self.engine.has_work
+                    waits = not had_request or idle  # for a call: nothing to step until one comes
+                    waited_from = time.monotonic()
+                    if self._run_commands(block=waits):
                         idle = False
+                    if waits:
+                        self.engine.step_log.record_wait(time.monotonic() - waited_from, had_request)
                     self._flush()  # what the calls delivered (an abort's output) goes before the step
                     self.engine.release_idle_trajectories()
                     if self.engine.has_work and not idle:

@@ -268,7 +268,8 @@ class Engine:
         return self.scheduler.commit_prefix(tokens, new_slots, offset, trajectory_id)
 
     def typed_stats(self) -> EngineStats:
-        return replace(self.scheduler.stats(), weight_version=self.weight_version)
+        return replace(self.scheduler.stats(), weight_version=self.weight_version,
+                       idle_no_request_s=self.step_log.idle_no_request_s, idle_stalled_s=self.step_log.idle_stalled_s)
 
     def stats(self) -> dict[str, object]:
         return self.typed_stats().to_dict()

@@ -45,6 +45,10 @@ class EngineStats:
     running: int = 0
     waiting: int = 0
     weight_version: int = 0  # set by the engine (the scheduler does not know weights)
+    # set by the engine from its loop (`StepLog.record_wait`): seconds waited with no request,
+    # and with requests it could not admit
+    idle_no_request_s: float = 0.0
+    idle_stalled_s: float = 0.0
 
     def to_dict(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}

@@ -71,6 +71,11 @@ class StepLog:
         self.limit = limit
         self.first = 0  # index of samples[0]
         self.samples: list[StepSample] = []
+        # seconds the engine loop waited between steps, by why: no request at all, or requests
+        # it could not admit (`Engine.last_step_idle`); the rest of the time between steps is
+        # the loop's own work (calls, delivery) and the OS running something else
+        self.idle_no_request_s = 0.0
+        self.idle_stalled_s = 0.0
 
     def record(self, items: Iterable[ScheduledRequest], started_s: float, ended_s: float) -> None:
         prefill, contexts = batch_shape(items)
@@ -81,6 +86,12 @@ class StepLog:
             dropped = len(self.samples) - self.limit // 2
             del self.samples[:dropped]
             self.first += dropped
+
+    def record_wait(self, seconds: float, has_request: bool) -> None:
+        if has_request:
+            self.idle_stalled_s += seconds
+        else:
+            self.idle_no_request_s += seconds
 
     def since(self, index: int) -> StepLogSlice:
         if index < 0:
