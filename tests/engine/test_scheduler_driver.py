@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tests.engine.scheduler_fakes import FakeRunner, make_scheduler, step
 
-from venusrl.engine.radix_cache import Tier, max_evictable_tier
+from venusrl.engine.radix_cache import Tier
 from venusrl.types import Priority, SamplingParams
 
 
@@ -19,15 +19,14 @@ def watch_grow(s):
     grow, evict = s.kv.grow, s.cache.evict
     current = {}
 
-    def tracked_grow(request, count, max_tier=None):
-        tier = max_evictable_tier(request.priority) if max_tier is None else max_tier
+    def tracked_grow(request, count, tier):
         if request.priority == Priority.LOW and tier > Tier.LOW_REF:
             assert all(other is request for other in s.running)
         budget, (_, need) = s.kv.available_pages(tier), s.kv.room_and_pages(request, count)
         before = (list(request.kv_slots), s.allocator.free_pages, list(s.cache.evicted_tokens))
         current["priority"] = request.priority if tier <= Tier.LOW_REF else None
         try:
-            granted = grow(request, count, max_tier)
+            granted = grow(request, count, tier)
         finally:
             current["priority"] = None
         assert granted == (budget >= need)

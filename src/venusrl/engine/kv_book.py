@@ -23,7 +23,7 @@ from venusrl.engine.batch import KVCopy
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.host_tier import HostTier
 from venusrl.engine.kv_slots import PageAllocator
-from venusrl.engine.radix_cache import RadixCache, RadixNode, Tier, max_evictable_tier
+from venusrl.engine.radix_cache import RadixCache, RadixNode, Tier
 from venusrl.engine.request import Request
 
 
@@ -55,16 +55,14 @@ class KVBook:
 
     def outgrew_pool(self, request: Request, count: int) -> bool:
         """Even evicting every unlocked page would not make room: the sequence ends ("length").
-        A request short only of pages it may not evict (a LOW one behind HIGH trajectories'
-        KV) is retracted instead, to resume when that KV is released."""
+        A request short only of pages others lock (or, beside other running work, of pages
+        its priority may not evict) is retracted instead, to resume when they are released."""
         return self.available_pages(Tier.HIGH_REF) < self.room_and_pages(request, count)[1]
 
     # ---- growth --------------------------------------------------------------------------
 
-    def grow(self, request: Request, count: int, max_tier: Tier | None = None) -> bool:
-        """Allocate slots for ``count`` more tokens, evicting no tier above ``max_tier``
-        (default: the tiers the request's priority may evict)."""
-        max_tier = max_evictable_tier(request.priority) if max_tier is None else max_tier
+    def grow(self, request: Request, count: int, max_tier: Tier) -> bool:
+        """Allocate slots for ``count`` more tokens, evicting no tier above ``max_tier``."""
         room, need = self.room_and_pages(request, count)
         if self.available_pages(max_tier) < need:
             return False
@@ -93,11 +91,11 @@ class KVBook:
         if copy is not None:
             self._copies.append(copy)
 
-    def attach(self, request: Request, max_chunk: int, max_tier: Tier | None = None) -> tuple[int, int] | None:
+    def attach(self, request: Request, max_chunk: int, max_tier: Tier) -> tuple[int, int] | None:
         """Give a waiting request its cached prefix (locked), the host-cached continuation
         (loaded back, not computed) and slots for a first chunk of at most ``max_chunk``
         tokens. Returns (chunk, loaded), or None, with nothing changed but LRU clocks and
-        host pins, when evicting up to ``max_tier`` (`grow`'s default) does not free enough."""
+        host pins, when evicting up to ``max_tier`` does not free enough."""
         tokens = request.all_ids
         # Keep at least the last token to compute: its logits give the next sample.
         match = self.cache.match_prefix(tokens[:-1])
