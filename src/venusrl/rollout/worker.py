@@ -238,7 +238,9 @@ class RolloutWorker:
         KV to the target, release it on the source, and let it ask for a slot on the target.
         A failed copy costs the target a recompute, never the trajectory."""
         trajectory_id, source, target = move.request, move.source, move.target
-        key, token_ids = str(trajectory_id), self._context[trajectory_id]
+        key, token_ids = str(trajectory_id), self._context.get(trajectory_id)
+        if token_ids is None:  # it ended (discarded, run over) before this task began: nothing to copy
+            return
         copied = 0
         try:
             await self.engines[target].start_trajectory(key, self.core.declared_priority(trajectory_id))  # live first
