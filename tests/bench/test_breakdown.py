@@ -27,14 +27,16 @@ def test_the_parts_add_up_to_the_engine_time(steps, cost, recomputed, discarded,
     assert abs(sum(out["fractions"].values()) - 1.0) < 1e-2
 
 
-@given(samples, costs, st.floats(0, 10), st.floats(0, 10))
-def test_the_idle_split_adds_up_to_the_idle_whatever_the_engines_report(steps, cost, no_request, stalled):
+@given(samples, costs, st.floats(0, 10), st.floats(0, 10), st.floats(0, 10))
+def test_the_idle_split_adds_up_to_the_idle_whatever_the_engines_report(steps, cost, no_request, stalled, calls):
     """Waits an engine reports beyond the idle the wall clock leaves (counted to a later
     read of its stats) are cut to it: the split's parts are never negative and add up."""
     tokens = {"sampled": 0, "prefill_computed": 0, "recomputed": 0, "discarded": 0, "aborted_unseen": 0}
     engine_s = sum(s.seconds for s in steps) + 1.0
-    out = breakdown(steps, cost, engine_s, tokens, {"idle_no_request_s": no_request, "idle_stalled_s": stalled})
+    out = breakdown(steps, cost, engine_s, tokens,
+                    {"idle_no_request_s": no_request, "idle_stalled_s": stalled, "calls_s": calls})
     split = out["idle_split"]
-    parts = [split["no_request_s"], split["stalled_s"], split["between_steps_s"]]
+    parts = [split["no_request_s"], split["stalled_s"], split["calls_s"], split["between_steps_s"]]
     assert all(v >= 0 for v in parts) and abs(sum(parts) - out["idle_s"]) < 2e-3
     assert split["no_request_s"] <= round(no_request, 3) and split["stalled_s"] <= round(stalled, 3)
+    assert split["calls_s"] <= round(calls, 3)

@@ -83,7 +83,9 @@ def test_validate_fits_on_a_calibration_run_and_reports_the_error_on_another(tmp
         assert result["in_sample"][mode]["replayed"] == "recorded"
         run = result["out_of_sample"]["other_seed"][mode]
         assert run["last_step"]["measured_s"] > 0 and run["last_step"]["simulated_s"] > 0
-        assert set(run["breakdown"]) == {"recomputed_tokens", "discarded_trajectories", "idle_fraction"}
+        assert set(run["breakdown"]) == {"recomputed_tokens", "discarded_trajectories", "idle_fraction",
+                                         *(name for name, _, _ in validate.REPLAYED_COUNTS)}
+        assert all(None not in figure.values() for figure in run["breakdown"].values())
         assert 0 <= run["breakdown"]["idle_fraction"]["simulated"] <= 1
         assert result["out_of_sample_error"][mode]["per_run_pct"] == {"other_seed": run["last_step"]["error_pct"]}
     assert 0 < result["predictor_spearman"] <= 1
@@ -97,7 +99,8 @@ def test_replay_compares_each_mode_with_its_measured_rounds(tmp_path):
                                stop_probability=0.05)
     rows = validate.trace_rows(QUICK, shape, prompts)
     measured_round = {"trace": rows, "time_to_first_batch_s": 1.0, "time_to_last_step_s": 4.0,
-                      "tokens": {"recomputed": 7}, "discarded_trajectories": 1}
+                      "tokens": {"recomputed": 7}, "discarded_trajectories": 1, "preemptions": 3, "migrations": 2,
+                      "dropped_at_weight_update_tokens": 90, "evicted_tokens": {"high_ref": 11}}
     measured = {"case": asdict(QUICK), "trainer": {"step_s": {str(QUICK.headline_factor): 0.5}},
                 **{mode: {"rounds": [measured_round], "breakdown": {"fractions": {"idle": 0.25}}}
                    for mode in validate.MODES}}
@@ -109,6 +112,15 @@ def test_replay_compares_each_mode_with_its_measured_rounds(tmp_path):
         assert last["measured_s"] == 4.0 and last["error_pct"] == round(100 * (last["simulated_s"] - 4.0) / 4.0, 1)
         assert out[mode]["breakdown"]["recomputed_tokens"]["measured"] == 7
         assert out[mode]["breakdown"]["idle_fraction"]["measured"] == 0.25
+        counts = out[mode]["breakdown"]
+        assert (counts["preemptions"]["measured"], counts["migrations"]["measured"]) == (3, 2)
+        assert counts["dropped_at_weight_update_tokens"]["measured"] == 90
+        assert counts["evicted_high_ref_tokens"]["measured"] == 11
+        assert counts["dropped_at_weight_update_tokens"]["simulated"] > 0, "the replay drops KV at its weight updates"
+    older = {**measured, "venus": {**measured["venus"], "rounds": [
+        {k: v for k, v in measured_round.items() if k not in ("evicted_tokens", "preemptions")}]}}
+    counts = validate.replay(older, cost, 0.7, tmp_path)["venus"]["breakdown"]
+    assert counts["evicted_high_ref_tokens"]["measured"] is None and counts["preemptions"]["measured"] is None
     without_trace = {**measured, "venus": {**measured["venus"], "rounds": [{**measured_round, "trace": None}]}}
     with pytest.raises(ValueError, match="no trace"):
         validate.replay(without_trace, cost, 0.7, tmp_path)

@@ -2,6 +2,7 @@
 empty steps, and the call that frees room wakes it."""
 
 import asyncio
+import time
 
 from venusrl.engine.async_engine import AsyncEngine
 from venusrl.engine.config import EngineConfig
@@ -66,3 +67,28 @@ def test_a_request_that_cannot_be_admitted_waits_for_a_call_instead_of_spinning(
     finally:
         asyncio.run(runner.shutdown())
     assert final.finished and len(final.output_ids) == 4
+
+
+def test_the_loop_counts_its_waits_calls_and_steps_once_each(tiny_model_dir):
+    """The engine thread's time splits into waits, callers' calls and steps, disjoint: their
+    sum never exceeds the wall time it ran, and the calls it ran are counted."""
+    engine = Engine(load_model(tiny_model_dir), EngineConfig(kv_capacity_tokens=256, page_size=1))
+    runner = AsyncEngine(engine)
+    started = time.monotonic()
+
+    async def scenario():
+        for _ in range(5):
+            await runner.stats()
+        sampling = SamplingParams(max_new_tokens=6, temperature=0, stop_token_ids=(-1,))
+        async for _ in runner.generate(list(range(1, 17)), sampling):
+            await runner.stats()
+        return await runner.stats()
+
+    try:
+        stats = asyncio.run(scenario())
+    finally:
+        asyncio.run(runner.shutdown())
+    elapsed = time.monotonic() - started
+    steps_s = sum(s.seconds for s in engine.step_log.samples)
+    assert stats.calls_s > 0 and len(engine.step_log.samples) >= 6
+    assert stats.idle_no_request_s + stats.idle_stalled_s + stats.calls_s + steps_s <= elapsed

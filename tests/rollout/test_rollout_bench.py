@@ -32,7 +32,7 @@ def test_quick_rollout_bench_reports_the_end_to_end_run_of_every_mode():
         assert abs(sum(result["breakdown"][name]["fractions"].values()) - 1) < 0.01
         assert all(v >= 0 for v in only["engine_waits_s"].values())
         split = result["breakdown"][name]["idle_split"]
-        assert abs(split["no_request_s"] + split["stalled_s"] + split["between_steps_s"]
+        assert abs(split["no_request_s"] + split["stalled_s"] + split["calls_s"] + split["between_steps_s"]
                    - result["breakdown"][name]["idle_s"]) < 0.01
         assert result["steady_step_s"][name] == only["steady_step_s"]
     assert result["trajectory_level"]["rounds"][0]["preemptions"] == result["action_level"]["rounds"][0]["preemptions"] == 0

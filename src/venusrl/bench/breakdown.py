@@ -10,9 +10,11 @@ prompt token, decode the rest (the step's fixed cost, one `token_s` per sampled 
 the KV it reads), both scaled so they add up to the step's measured time. Recompute and
 wasted decode are then shares of prefill and decode time by their token counts.
 
-The idle is split by the engines' own account of their waits (`StepLog.record_wait`): no
-request at all (every trajectory placed there is in a tool, finished, or not yet admitted by
-the window), requests it could not admit, and the rest, between steps.
+The idle is split by the engines' own account of their time between steps (`StepLog`): waits
+with no request at all (every trajectory placed there is in a tool, finished, or not yet
+admitted by the window), waits with requests it could not admit, running its callers' calls
+(requests added and aborted, priorities, stats, prefix KV copies), and the rest, between
+steps (delivery, and the OS running something else).
 """
 
 from __future__ import annotations
@@ -41,9 +43,10 @@ def breakdown(samples: list[StepSample], cost: CostModel, engine_s: float, token
               waits: dict[str, float] | None = None) -> dict[str, Any]:
     """Engine-seconds of a round (`engine_s` = engines x wall time) by what they were spent
     on, with each part's fraction. `tokens`: sampled, prefill_computed, recomputed,
-    discarded, aborted_unseen. `waits`: the engines' own idle_no_request_s and idle_stalled_s
-    (`StepLog.record_wait`), which split the idle into no request at all, requests the engine
-    could not admit, and between steps (the loop's own work, the OS running something else)."""
+    discarded, aborted_unseen. `waits`: the engines' own idle_no_request_s, idle_stalled_s and
+    calls_s (`StepLog`), which split the idle into no request at all, requests the engine
+    could not admit, its callers' calls, and between steps (delivery, the OS running something
+    else)."""
     prefill_s, decode_s = split_busy(samples, cost)
     recompute_s = prefill_s * _share(tokens["recomputed"], tokens["prefill_computed"])
     discarded = min(tokens["discarded"], tokens["sampled"])
@@ -63,7 +66,9 @@ def breakdown(samples: list[StepSample], cost: CostModel, engine_s: float, token
     waits = waits or {}
     no_request = min(seconds["idle_s"], waits.get("idle_no_request_s", 0.0))
     stalled = min(seconds["idle_s"] - no_request, waits.get("idle_stalled_s", 0.0))
-    split = {"no_request_s": no_request, "stalled_s": stalled, "between_steps_s": seconds["idle_s"] - no_request - stalled}
+    calls = min(seconds["idle_s"] - no_request - stalled, waits.get("calls_s", 0.0))
+    split = {"no_request_s": no_request, "stalled_s": stalled, "calls_s": calls,
+             "between_steps_s": seconds["idle_s"] - no_request - stalled - calls}
     out["idle_split"] = {**{k: round(v, 3) for k, v in split.items()}, "fractions": _fractions(split, engine_s)}
     return out
 

@@ -254,7 +254,7 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         "aborted_unseen": max(0, sampled - worker.tokens.kept - worker.tokens.cancelled),
     }
     waits = {kind: sum(getattr(b, kind) - getattr(a, kind) for a, b in zip(at_start, stats, strict=True))
-             for kind in ("idle_no_request_s", "idle_stalled_s")}
+             for kind in ("idle_no_request_s", "idle_stalled_s", "calls_s")}
     steps_after_first = [b - a for a, b in zip(step_done, step_done[1:], strict=False)]
     figures = {
         "time_to_last_step_s": step_done[-1],
@@ -273,6 +273,9 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         "preemptions": worker.preemptions,
         "migrations": worker.migrations,
         "hit_rate": sum(s.cached_tokens for s in stats) / max(1, sum(s.prompt_tokens for s in stats)),
+        # summed over engines; the weight updates' drops are counted in their tier too
+        "evicted_tokens": {tier: sum(s.evicted_tokens[tier] for s in stats) for tier in stats[0].evicted_tokens},
+        "dropped_at_weight_update_tokens": sum(s.dropped_at_weight_update_tokens for s in stats),
         "engine_s": case.engines * step_done[-1],
         "engine_waits_s": waits,  # summed over engines, to when their stats were read
         "placement": placement,

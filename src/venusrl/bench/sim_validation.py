@@ -179,8 +179,34 @@ def replay(measured: dict[str, Any], cost: CostModel, rho: float, workdir: Path,
                 "simulated": statistics.median(s.worker["discarded"] for s in simulated)},
             "idle_fraction": {"measured": measured[mode]["breakdown"]["fractions"]["idle"],
                               "simulated": round(statistics.median(1 - s.engine["busy_fraction"] for s in simulated), 4)},
+            **{name: {"measured": _median_of(measured_rounds, real), "simulated": statistics.median(sim(s) for s in simulated)}
+               for name, real, sim in REPLAYED_COUNTS},
         }
     return out
+
+
+# What makes a replay's recompute and idle differ from the measured round's: (name, the
+# measured round's key path, the simulated figure).
+REPLAYED_COUNTS = (
+    ("dropped_at_weight_update_tokens", ("dropped_at_weight_update_tokens",),
+     lambda s: s.engine["dropped_at_weight_update_tokens"]),
+    ("evicted_high_ref_tokens", ("evicted_tokens", "high_ref"), lambda s: s.engine["evicted_tokens"]["high_ref"]),
+    ("preemptions", ("preemptions",), lambda s: s.worker["preemptions"]),
+    ("migrations", ("migrations",), lambda s: s.worker["migrations"]),
+)
+
+
+def _median_of(rounds: list[dict[str, Any]], path: tuple[str, ...]) -> float | None:
+    """The median over measured rounds of the figure at `path`; None for a JSON recorded
+    before the bench reported it."""
+    values = []
+    for r in rounds:
+        for key in path:
+            r = r.get(key) if isinstance(r, dict) else None
+        if r is None:
+            return None
+        values.append(r)
+    return statistics.median(values)
 
 
 def validation_cases(case: bench.RolloutCase) -> dict[str, bench.RolloutCase]:

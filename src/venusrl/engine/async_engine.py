@@ -296,10 +296,12 @@ class AsyncEngine:
                     had_request = self.engine.has_work
                     waits = not had_request or idle  # for a call: nothing to step until one comes
                     waited_from = time.monotonic()
-                    if self._run_commands(block=waits):
+                    calls_s = self._run_commands(block=waits)
+                    if calls_s is not None:
                         idle = False
-                    if waits:
-                        self.engine.step_log.record_wait(time.monotonic() - waited_from, had_request)
+                    if waits:  # the calls' own time is theirs, not the wait's
+                        self.engine.step_log.record_wait(time.monotonic() - waited_from - (calls_s or 0.0),
+                                                         had_request)
                     self._flush()  # what the calls delivered (an abort's output) goes before the step
                     self.engine.release_idle_trajectories()
                     if self.engine.has_work and not idle:
@@ -377,12 +379,14 @@ class AsyncEngine:
             return
         stream.prefix = done
 
-    def _run_commands(self, block: bool) -> bool:
-        """Run the queued calls; whether there were any."""
+    def _run_commands(self, block: bool) -> float | None:
+        """Run the queued calls; the seconds they took (recorded in the step log), or None
+        when there were none."""
         try:
             fn, future = self._commands.get(timeout=0.5) if block else self._commands.get_nowait()
         except queue.Empty:
-            return False
+            return None
+        started = time.monotonic()
         while True:
             if future.set_running_or_notify_cancel():
                 try:
@@ -392,7 +396,9 @@ class AsyncEngine:
             try:
                 fn, future = self._commands.get_nowait()
             except queue.Empty:
-                return True
+                seconds = time.monotonic() - started
+                self.engine.step_log.record_calls(seconds)
+                return seconds
 
     def _deliver(self, output: RequestOutput) -> RequestOutput:
         """Hand an output to its stream (stitched onto the output before a re-issue); returns

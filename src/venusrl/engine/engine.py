@@ -269,7 +269,8 @@ class Engine:
 
     def typed_stats(self) -> EngineStats:
         return replace(self.scheduler.stats(), weight_version=self.weight_version,
-                       idle_no_request_s=self.step_log.idle_no_request_s, idle_stalled_s=self.step_log.idle_stalled_s)
+                       idle_no_request_s=self.step_log.idle_no_request_s, idle_stalled_s=self.step_log.idle_stalled_s,
+                       calls_s=self.step_log.calls_s)
 
     def stats(self) -> dict[str, object]:
         return self.typed_stats().to_dict()

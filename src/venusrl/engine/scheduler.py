@@ -239,7 +239,9 @@ class Scheduler:
         for request in reversed(self.running):
             self.kv.release(request)
         self.queue.requeue_all_running()
-        return self.kv.drop_all()
+        dropped = self.kv.drop_all()
+        self.counters.dropped_at_weight_update_tokens += dropped
+        return dropped
 
     # ---- prefix KV transfer (migration between engines) ---------------------------------
 

@@ -17,6 +17,7 @@ class Counters:
     preemptions: int = 0  # retractions of a running LOW request for a waiting HIGH one
     demotions: int = 0
     promotions: int = 0
+    dropped_at_weight_update_tokens: int = 0  # cached KV forgotten because new weights made it stale
     # by the trajectory's declared priority (PROMOTED, HIGH, LOW): the critical path's hit rate
     prompt_tokens_by_priority: list[int] = field(default_factory=lambda: [0, 0, 0])
     cached_tokens_by_priority: list[int] = field(default_factory=lambda: [0, 0, 0])
@@ -33,9 +34,10 @@ class EngineStats:
     preemptions: int
     demotions: int
     promotions: int
-    evicted_tokens: dict[str, int]  # per tier: unused / low_ref / high_ref
+    evicted_tokens: dict[str, int]  # per tier: unused / low_ref / high_ref (weight-update drops included)
     kv_tokens: dict[str, int] = field(default_factory=dict)  # free / running / per tier
     kv_capacity_tokens: int = 0
+    dropped_at_weight_update_tokens: int = 0  # of the evicted, those dropped because weights changed
     host_loaded_tokens: int = 0  # cache hits served from the host tier
     host_saved_tokens: int = 0  # evicted KV copied to the host tier
     host_kv_tokens: int = 0  # host tier in use
@@ -49,6 +51,7 @@ class EngineStats:
     # and with requests it could not admit
     idle_no_request_s: float = 0.0
     idle_stalled_s: float = 0.0
+    calls_s: float = 0.0  # seconds its loop ran callers' calls between steps (`StepLog.record_calls`)
 
     def to_dict(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}

@@ -71,11 +71,13 @@ class StepLog:
         self.limit = limit
         self.first = 0  # index of samples[0]
         self.samples: list[StepSample] = []
-        # seconds the engine loop waited between steps, by why: no request at all, or requests
-        # it could not admit (`Engine.last_step_idle`); the rest of the time between steps is
-        # the loop's own work (calls, delivery) and the OS running something else
+        # seconds the engine loop spent between steps, by why: waiting with no request at all,
+        # waiting with requests it could not admit (`Engine.last_step_idle`), and running its
+        # callers' calls (adding and aborting requests, priorities, stats, prefix KV copies);
+        # the rest of the time between steps is delivery and the OS running something else
         self.idle_no_request_s = 0.0
         self.idle_stalled_s = 0.0
+        self.calls_s = 0.0
 
     def record(self, items: Iterable[ScheduledRequest], started_s: float, ended_s: float) -> None:
         prefill, contexts = batch_shape(items)
@@ -92,6 +94,9 @@ class StepLog:
             self.idle_stalled_s += seconds
         else:
             self.idle_no_request_s += seconds
+
+    def record_calls(self, seconds: float) -> None:
+        self.calls_s += seconds
 
     def since(self, index: int) -> StepLogSlice:
         if index < 0:

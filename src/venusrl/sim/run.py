@@ -12,6 +12,7 @@ from typing import Any
 from venusrl.config import Config
 from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.coordinator.policies import make_rule
+from venusrl.engine.radix_cache import Tier
 from venusrl.sim.cost_model import MODELS, CostModel, preset
 from venusrl.sim.engine import SimEngine
 from venusrl.sim.events import EventLoop
@@ -206,6 +207,9 @@ def _result(spec: SimSpec, loop: EventLoop, engines: list[SimEngine], worker: Si
         "hit_rate": round(sum(c.cached_tokens for c in counters) / prompt, 4) if prompt else 0.0,
         "recomputed_tokens": q * sum(c.recomputed_tokens for c in counters),
         "reloaded_tokens": q * reloaded,
+        "dropped_at_weight_update_tokens": q * sum(c.dropped_at_weight_update_tokens for c in counters),
+        "evicted_tokens": {tier.name.lower(): q * sum(e.scheduler.cache.evicted_tokens[tier] for e in engines)
+                           for tier in Tier},
         "prefill_tokens": q * sum(e.totals.prefill_units for e in engines),
         "decode_tokens": q * sum(e.totals.decode_units for e in engines),
         "retractions": sum(c.retractions for c in counters),
