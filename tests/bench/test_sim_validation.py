@@ -124,3 +124,10 @@ def test_replay_compares_each_mode_with_its_measured_rounds(tmp_path):
     without_trace = {**measured, "venus": {**measured["venus"], "rounds": [{**measured_round, "trace": None}]}}
     with pytest.raises(ValueError, match="no trace"):
         validate.replay(without_trace, cost, 0.7, tmp_path)
+
+
+def test_the_move_latency_is_the_mean_venus_measured_or_zero_when_it_was_not():
+    rounds = [{"move_s": {"count": 3, "mean": 0.06}}, {"move_s": {"count": 0, "mean": None}},
+              {"move_s": {"count": 1, "mean": 0.02}}, {}]
+    assert abs(validate.measured_move_latency({"venus": {"rounds": rounds}}) - 0.05) < 1e-12
+    assert validate.measured_move_latency({"venus": {"rounds": [{}]}}) == 0.0

@@ -82,3 +82,26 @@ def test_venus_reaches_the_last_step_no_later_than_action_level_on_a_contended_c
         assert action_level.steps == venus.steps == 4
         ratios.append(action_level.sim_seconds / venus.sim_seconds)
     assert sorted(ratios)[len(ratios) // 2] >= 1.05 and min(ratios) >= 0.95, ratios
+
+
+def test_a_move_lands_its_fixed_latency_after_it_was_decided(monkeypatch):
+    """`SimSpec.move_latency_s` (what the validation measures for a move between engine
+    processes) delays every moved turn's arrival by exactly that much beyond its KV bytes."""
+    from venusrl.sim.worker import SimWorker
+
+    decided, landed = {}, []
+    move, arrive = SimWorker._move, SimWorker._arrive
+
+    def recording_move(self, t, source, target):
+        decided[t.id] = self.loop.now
+        move(self, t, source, target)
+
+    def recording_arrive(self, t, prefix):
+        landed.append((self.loop.now - decided.pop(t.id), len(prefix) * self.transfer_s_per_unit))
+        arrive(self, t, prefix)
+
+    monkeypatch.setattr(SimWorker, "_move", recording_move)
+    monkeypatch.setattr(SimWorker, "_arrive", recording_arrive)
+    result = run.simulate(small_spec("venus", move_latency_s=0.25))
+    assert result.worker["migrations"] == len(landed) + len(decided) > 0
+    assert all(abs(waited - (0.25 + copy)) < 1e-9 for waited, copy in landed)

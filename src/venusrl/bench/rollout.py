@@ -272,6 +272,7 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         "turn_weight_versions": sorted({turn.weight_version for g in trained for t in g.trajectories for turn in t.turns}),
         "preemptions": worker.preemptions,
         "migrations": worker.migrations,
+        "move_s": _move_seconds(worker.move_seconds),
         "hit_rate": sum(s.cached_tokens for s in stats) / max(1, sum(s.prompt_tokens for s in stats)),
         # summed over engines; the weight updates' drops are counted in their tier too
         "evicted_tokens": {tier: sum(s.evicted_tokens[tier] for s in stats) for tier in stats[0].evicted_tokens},
@@ -284,6 +285,13 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         groups = {g.id: g for g in [*trained, *coordinator.untrained_groups(), *coordinator.running_groups()]}
         figures["trace"] = recorded_trace(groups.values())
     return Round(figures, samples)
+
+
+def _move_seconds(seconds: list[float]) -> dict[str, Any]:
+    """How long the round's moves took, from the core's decision to the turn asking on its
+    new engine (the simulator's `move_latency_s` is the validation's mean of these)."""
+    return {"count": len(seconds), "median": statistics.median(seconds) if seconds else None,
+            "mean": statistics.mean(seconds) if seconds else None, "max": max(seconds, default=None)}
 
 
 def _calibrate(model_dir: Path, case: RolloutCase, placement: str) -> tuple[float, list[Example]]:

@@ -15,9 +15,12 @@ trainer time: time to the first B groups and time to the N-th step.
    and the benchmark's own plans (`bench.workload.plan_episode`: turns and tool latencies).
 3. Simulate each scheduling mode on the benchmark's cluster (engines, slots, KV pool, B, K,
    async_factor, staleness bound, the same trainer times, KV dropped at each weight update)
-   per round, and compare the medians over the rounds with the measured ones.
-4. Out of sample: the cost model and the predictor's measured accuracy from the calibration
-   run are used, unchanged, on runs with other tasks, a tighter KV budget and more slots per
+   per round, and compare the medians over the rounds with the measured ones. A move between
+   engines takes the mean time the calibration run's venus rounds measured for one
+   (`measured_move_latency`): between engine processes its calls and copy cost tens of
+   milliseconds, where the KV bytes alone would cost microseconds.
+4. Out of sample: the cost model, the predictor's measured accuracy and the move latency
+   from the calibration run are used, unchanged, on runs with other tasks, a tighter KV budget and more slots per
    engine (`validation_cases`), each measured now; `out_of_sample_error` is the error in
    time to the N-th step on those runs, per mode.
 
@@ -104,10 +107,10 @@ def chat_shape(model_dir: Path, case: bench.RolloutCase, prompts: list[Prompt]) 
 
 
 def simulate_round(case: bench.RolloutCase, cost: CostModel, rows: list[dict[str, Any]], mode: str, trace: Path,
-                   trainer_s: float, predictor_spearman: float) -> SimResult:
+                   trainer_s: float, predictor_spearman: float, move_latency_s: float = 0.0) -> SimResult:
     """One benchmark round of `mode` simulated replaying `rows`, with the benchmark's trainer
-    (`trainer_s` per step, streamed as the bench streams it) and the predictor's measured
-    accuracy."""
+    (`trainer_s` per step, streamed as the bench streams it), the predictor's measured
+    accuracy and the measured time of a move between engine processes."""
     write_trace(trace, rows)
     trainer = TrainerCost(token_s=0.0, step_s=trainer_s * (1 - case.gradient_fraction),
                           group_s=trainer_s * case.gradient_fraction / case.batch_groups)
@@ -118,7 +121,7 @@ def simulate_round(case: bench.RolloutCase, cost: CostModel, rows: list[dict[str
                    trace=str(trace)), model="tiny", generation_gpus=case.engines, steps=case.steps, quantum=1,
                    cost=replace(cost, kv_capacity_tokens=case.kv_tokens_per_engine), trainer=trainer,
                    weight_sync_s=0.0, predictor_spearman=predictor_spearman, prediction_latency_s=0.02,
-                   tool_seconds_prior=case.tool_latency_mean_s)
+                   tool_seconds_prior=case.tool_latency_mean_s, move_latency_s=move_latency_s)
     return simulate(spec)
 
 
@@ -133,6 +136,17 @@ def measured_spearman(measured: dict[str, Any]) -> float:
     return min(1.0, max(0.01, rho))
 
 
+def measured_move_latency(measured: dict[str, Any]) -> float:
+    """The mean time a move between engine processes took over venus's measured rounds (the
+    calls that start it on the target, the prefix KV copy, the release on the source): the
+    mean, as what a move costs the moved turns in all is their sum, and the times have a long
+    tail (a call queued behind a weight update). 0 for a JSON recorded before the bench timed
+    moves, or with none."""
+    timed = [r["move_s"] for r in measured["venus"]["rounds"] if r.get("move_s", {}).get("count")]
+    count = sum(m["count"] for m in timed)
+    return sum(m["mean"] * m["count"] for m in timed) / count if count else 0.0
+
+
 def case_of(measured: dict[str, Any]) -> bench.RolloutCase:
     return bench.RolloutCase(**{**measured["case"], "trainer_factors": tuple(measured["case"]["trainer_factors"])})
 
@@ -144,9 +158,10 @@ def measure(case: bench.RolloutCase, quick: bool) -> dict[str, Any]:
 
 
 def replay(measured: dict[str, Any], cost: CostModel, rho: float, workdir: Path,
-           shape: ChatShape | None = None) -> dict[str, Any]:
+           shape: ChatShape | None = None, move_latency_s: float = 0.0) -> dict[str, Any]:
     """Per mode: each measured round of `measured` simulated on its own turns (or, for a JSON
-    without them, the synthetic trace of its tasks, from `shape`) with `cost` and `rho`, and
+    without them, the synthetic trace of its tasks, from `shape`) with `cost`, `rho` and
+    `move_latency_s`, and
     the medians over rounds compared: time to the first batch, time to the N-th step, and the
     breakdown's recomputed tokens, discarded trajectories and idle engine time."""
     case = case_of(measured)
@@ -159,7 +174,7 @@ def replay(measured: dict[str, Any], cost: CostModel, rho: float, workdir: Path,
         if shape is None and not all(r.get("trace") for r in measured_rounds):
             raise ValueError(f"{mode}: a measured round has no trace to replay")
         simulated = [simulate_round(case, cost, r.get("trace") or trace_rows(case, shape, prompts), mode,
-                                    workdir / "trace.jsonl", trainer_s, rho)
+                                    workdir / "trace.jsonl", trainer_s, rho, move_latency_s)
                      for r, prompts in zip(measured_rounds, rounds, strict=True)]
         out[mode] = {"replayed": "recorded" if all("trace" in r for r in measured_rounds) else "synthetic"}
         figures = (("first_batch", [r["time_to_first_batch_s"] for r in measured_rounds],
@@ -245,6 +260,7 @@ def run(quick: bool, measured: dict[str, Any] | None, case: bench.RolloutCase | 
         measured = measure(case or (bench.QUICK if quick else bench.FULL), quick)
     calibration = case_of(measured)
     rho = measured_spearman(measured)
+    move_latency_s = measured_move_latency(measured)
     fitted = measured["step_cost_model"]
     cost = CostModel(fitted["fixed_s"], fitted["token_s"], fitted["kv_token_s"], 0.0, calibration.kv_tokens_per_engine)
     with tempfile.TemporaryDirectory() as tmp:
@@ -253,15 +269,16 @@ def run(quick: bool, measured: dict[str, Any] | None, case: bench.RolloutCase | 
         shape = chat_shape(model_dir, calibration, [p for prompts in rounds for p in prompts])
         result: dict[str, Any] = {
             "case": measured["case"], "trainer_step_s": measured["trainer"]["step_s"][str(calibration.headline_factor)],
-            "predictor_spearman": rho, "cost_model": fitted,
+            "predictor_spearman": rho, "move_latency_s": move_latency_s, "cost_model": fitted,
             "synthetic_workload": {"prompt_tokens_max": max(shape.prompt_tokens.values()),
                                    "shared_prompt_tokens": shape.shared_prompt_tokens, "obs_tokens": shape.obs_tokens,
                                    "turn_stop_probability": shape.stop_probability},
-            "in_sample": replay(measured, cost, rho, Path(tmp), shape)}
+            "in_sample": replay(measured, cost, rho, Path(tmp), shape, move_latency_s)}
         runs = {}
         for name, validation in (validations if validations is not None else validation_cases(calibration)).items():
             run_measured = measure(validation, quick)
-            runs[name] = {"case": run_measured["case"], **replay(run_measured, cost, rho, Path(tmp))}
+            runs[name] = {"case": run_measured["case"], **replay(run_measured, cost, rho, Path(tmp),
+                                                                 move_latency_s=move_latency_s)}
         result["out_of_sample"] = runs
         if runs:
             result["out_of_sample_error"] = out_of_sample_error(runs)

@@ -104,6 +104,7 @@ class RolloutWorker:
         self.preemptions = 0
         self.predictions = 0
         self.migrations = 0
+        self.move_seconds: list[float] = []  # each landed move, from its decision to its arrival
         self.tokens = TokenCounts()
         self.predictor = predictor
         self.sandboxes = sandboxes
@@ -241,7 +242,7 @@ class RolloutWorker:
         key, token_ids = str(trajectory_id), self._context.get(trajectory_id)
         if token_ids is None:  # it ended (discarded, run over) before this task began: nothing to copy
             return
-        copied = 0
+        copied, started = 0, self.clock()
         try:
             await self.engines[target].start_trajectory(key, self.core.declared_priority(trajectory_id))  # live first
             # engine processes send the KV to each other (host to host), in-process engines copy it
@@ -254,6 +255,7 @@ class RolloutWorker:
             await release_quietly(self.engines[target], key)
             return
         self.migrations += 1
+        self.move_seconds.append(self.clock() - started)
         log.info("trajectory %d moved from engine %d to %d with %d prefix tokens", trajectory_id, source, target,
                  copied)
         self._grants.setdefault(trajectory_id, asyncio.Event()).set()  # it asks again, on the target

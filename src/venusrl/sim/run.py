@@ -46,6 +46,9 @@ class SimSpec:
     prediction_latency_s: float = 0.05
     weight_sync_s: float = 1.0
     network_bytes_per_s: float = 25e9  # host-to-host KV copy for migration
+    # a move's time beyond its KV bytes: the calls that start it on the target, copy its prefix
+    # and release it on the source (the validation sets the mean the bench measured)
+    move_latency_s: float = 0.0
     seed: int = 0
     cost: CostModel | None = None  # None: the preset of `model` at `tp`
     trainer: TrainerCost | None = None
@@ -171,6 +174,7 @@ def simulate(spec: SimSpec, progress: Callable[[float, int], None] | None = None
         plan_of=lambda t: workload.plan(t.prompt.metadata["index"], t.index, t.attempt),
         prompt_ids_of=prompt_ids_of, token_ids=token_ids, quantum=q, on_ready=on_ready,
         predictor=predictor, transfer_s_per_unit=q * kv_bytes / spec.network_bytes_per_s,
+        move_latency_s=spec.move_latency_s,
     )  # fmt: skip
     worker_ref.append(worker)
     worker.start()

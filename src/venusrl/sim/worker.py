@@ -95,6 +95,7 @@ class SimWorker:
     orchestration_interval_s: float = 5.0
     orchestration_threshold: float = 0.9
     transfer_s_per_unit: float = 0.0  # host-to-host copy of one unit of prefix KV
+    move_latency_s: float = 0.0  # a move's time beyond its KV bytes (`SimSpec.move_latency_s`)
     counts: WorkerCounts = field(default_factory=WorkerCounts)
     live: dict[int, SimTrajectory] = field(default_factory=dict)
     core: RolloutCore = field(init=False)
@@ -311,7 +312,8 @@ class SimWorker:
         self.counts.migrated_units += exported
         log.info("trajectory %d moves from engine %d to %d with %d prefix units", t.id, source, target, exported)
         prefix = t.token_ids[:exported]
-        t.pending = self.loop.after(exported * self.transfer_s_per_unit, lambda: self._arrive(t, prefix))
+        t.pending = self.loop.after(self.move_latency_s + exported * self.transfer_s_per_unit,
+                                    lambda: self._arrive(t, prefix))
 
     def _arrive(self, t: SimTrajectory, prefix: list[int]) -> None:
         t.pending = None
