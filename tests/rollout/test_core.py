@@ -25,6 +25,13 @@ def started(c: DataCoordinator) -> list[int]:
     return [t.id for t in c.start(0.0).start]
 
 
+def high_core(c: DataCoordinator) -> RolloutCore:
+    """Two engines of one slot each, every trajectory declared HIGH."""
+    core = RolloutCore(c, engines=2, slots_per_engine=1)
+    core.declared_priority = lambda t, policy=None: H  # type: ignore[method-assign]
+    return core
+
+
 class Driver:
     """Applies a core's actions the way both real drivers do, and records who generates."""
 
@@ -86,11 +93,38 @@ def test_program_aware_declares_every_program_high_and_ignores_the_policy():
     assert core.policy_changed(PriorityPolicy(9, frozenset(), frozenset({a}))) == []
 
 
+def test_an_idle_engine_steals_a_waiter_only_when_the_move_saves_more_than_it_takes():
+    """Stealing pays when the queue's share of slot time it saves (waiters x turn / slots)
+    exceeds a move's time; untimed, it is taken to pay."""
+    c = coordinator(groups=4, group_size=2)
+    ids = started(c)
+    core = high_core(c)
+    for t in ids:
+        core.place(t, engine=0)
+    core.request_slot(ids[0])
+    core.turn_held(0.05)
+    core.move_took(0.12)  # a move takes longer than two turns on one slot
+    assert core.request_slot(ids[1]) == [] and core.request_slot(ids[2]) == []
+    assert list(core.slots[0].waiting) == [ids[1], ids[2]] and not core.moving
+    # the third waiter: 3 x 0.05 s of queue against a 0.12 s move, so engine 1 takes the first
+    assert core.request_slot(ids[3]) == [Move(ids[1], 0, 1)]
+    core.check_invariants()
+
+
+def test_before_any_move_is_timed_an_idle_engine_steals():
+    c = coordinator(groups=2, group_size=2)
+    ids = started(c)
+    core = high_core(c)
+    core.place(ids[0], engine=0), core.place(ids[1], engine=0)
+    core.turn_held(0.05)
+    core.request_slot(ids[0])
+    assert core.request_slot(ids[1]) == [Move(ids[1], 0, 1)]
+
+
 def test_placement_is_least_loaded_and_a_stolen_waiter_leaves_its_source_at_once():
     c = coordinator(groups=2, group_size=2)
     ids = started(c)
-    core = RolloutCore(c, engines=2, slots_per_engine=1)
-    core.declared_priority = lambda t, policy=None: H  # type: ignore[method-assign]
+    core = high_core(c)
     assert [core.place(t) for t in ids] == [0, 1, 0, 1]
     assert core.request_slot(ids[0]) == [Grant(ids[0], 0, H)]
     # engine 1 is idle: the waiter queued on engine 0 moves there
@@ -127,8 +161,7 @@ def test_a_policy_change_touches_only_the_changed_groups_and_preempts_nobody():
 def test_orchestration_moves_an_urgent_waiter_off_the_hot_engine():
     c = coordinator(groups=2, group_size=2)
     ids = started(c)
-    core = RolloutCore(c, engines=2, slots_per_engine=1)
-    core.declared_priority = lambda t, policy=None: H  # type: ignore[method-assign]
+    core = high_core(c)
     for t in ids:
         core.place(t, engine=0 if t != ids[3] else 1)
     core.request_slot(ids[3])  # engine 1 busy: nothing steals

@@ -102,18 +102,19 @@ class SlotScheduler:
         return max(low, key=self.holders.__getitem__) if low else None
 
 
-def steal_candidate(engines: Sequence[SlotScheduler], target: int,
-                    excluded: Container[Hashable] = ()) -> tuple[int, Hashable] | None:
+def steal_candidate(engines: Sequence[SlotScheduler], target: int, excluded: Container[Hashable] = (),
+                    pays: Callable[[SlotScheduler], bool] = lambda _: True) -> tuple[int, Hashable] | None:
     """(source engine, trajectory) to move to `target` when its slots idle: the next waiter of
-    the engine with the most waiters (`excluded`: trajectories already moving). Trajectories
-    stay on their engine for their KV; once an engine would idle while another has turns
-    queued, moving one (with its prefix KV) keeps both generating (priority mode only)."""
+    the engine with the most waiters where a move `pays` (`excluded`: trajectories already
+    moving). Trajectories stay on their engine for their KV; once an engine would idle while
+    another has turns queued, moving one (with its prefix KV) keeps both generating
+    (priority mode only)."""
     if not engines[target].idle:
         return None
     sources = sorted((i for i, e in enumerate(engines) if i != target and e.waiting),
                      key=lambda i: -len(engines[i].waiting))
     for source in sources:
         waiter = engines[source].next_waiter()
-        if waiter not in excluded:
+        if waiter not in excluded and pays(engines[source]):
             return source, waiter
     return None

@@ -256,6 +256,7 @@ class RolloutWorker:
             return
         self.migrations += 1
         self.move_seconds.append(self.clock() - started)
+        self.core.move_took(self.move_seconds[-1])
         log.info("trajectory %d moved from engine %d to %d with %d prefix tokens", trajectory_id, source, target,
                  copied)
         self._grants.setdefault(trajectory_id, asyncio.Event()).set()  # it asks again, on the target
@@ -299,6 +300,7 @@ class RolloutWorker:
         while turn.finish_reason in (None, "abort"):
             context = self._context[trajectory_id] = prompt_ids + turn.output_ids
             await self._acquire(trajectory_id)
+            held_from = self.clock()
             preempt = self._preempt[trajectory_id] = asyncio.Event()
             remaining = replace(sampling, max_new_tokens=sampling.max_new_tokens - len(turn.output_ids))
             engine = self.engines[self.core.engine_of[trajectory_id]]
@@ -310,6 +312,8 @@ class RolloutWorker:
                 self.tokens.cancelled += len(latest.output.output_ids) if latest.output else 0
                 raise
             del self._preempt[trajectory_id]
+            if not preempt.is_set():  # a preempted turn held its slot for part of a turn only
+                self.core.turn_held(self.clock() - held_from)
             self._act(self.core.release_slot(trajectory_id))
             if last is not None:
                 self.tokens.kept += len(last.output_ids)

@@ -57,6 +57,8 @@ class SimTrajectory:
     request_id: str | None = None
     phase: Phase = Phase.WAITING_SLOT
     pending: Event | None = None  # the tool call or migration under way
+    held_from: float = 0.0  # when its turn was last granted a slot
+    moved_at: float = 0.0  # when its last move was decided
 
     @property
     def logprobs(self) -> list[float]:
@@ -195,6 +197,7 @@ class SimWorker:
         self._act(self.core.request_slot(t.id))
 
     def _submit(self, t: SimTrajectory) -> None:
+        t.held_from = self.loop.now
         remaining = t.gen_units[t.turn] - t.into_turn
         room = self._engine(t).scheduler.allocator.capacity_tokens - 1 - len(t.token_ids)
         if remaining <= 0 or room <= 0:  # preempted after its last unit, or the pool is full
@@ -232,6 +235,7 @@ class SimWorker:
 
     def _turn_end(self, t: SimTrajectory) -> None:
         t.phase = Phase.IN_TOOL  # out of generation; the tool call or the end follows
+        self.core.turn_held(self.loop.now - t.held_from)
         self._act(self.core.release_slot(t.id))
         units = t.into_turn
         turn_ids = t.token_ids[len(t.token_ids) - units :]
@@ -308,6 +312,7 @@ class SimWorker:
         exported = self.engines[source].cached_prefix_units(t.token_ids)
         self.engines[source].release_trajectory(t.key)
         t.phase = Phase.MOVING
+        t.moved_at = self.loop.now
         self.counts.migrations += 1
         self.counts.migrated_units += exported
         log.info("trajectory %d moves from engine %d to %d with %d prefix units", t.id, source, target, exported)
@@ -319,6 +324,7 @@ class SimWorker:
         t.pending = None
         if not self.core.arrived(t.id):
             return
+        self.core.move_took(self.loop.now - t.moved_at)
         if prefix:
             self._engine(t).queue_import(prefix, t.key, self.core.declared_priority(t.id))
         self._request_slot(t)
