@@ -106,8 +106,9 @@ def test_an_idle_engine_steals_a_waiter_only_when_the_move_saves_more_than_it_ta
     core.move_took(0.12)  # a move takes longer than two turns on one slot
     assert core.request_slot(ids[1]) == [] and core.request_slot(ids[2]) == []
     assert list(core.slots[0].waiting) == [ids[1], ids[2]] and not core.moving
-    # the third waiter: 3 x 0.05 s of queue against a 0.12 s move, so engine 1 takes the first
-    assert core.request_slot(ids[3]) == [Move(ids[1], 0, 1)]
+    # the third waiter: 3 x 0.05 s of queue against a 0.12 s move, so engine 1 takes the one
+    # engine 0 would serve last (the move's time then delays the least urgent turn)
+    assert core.request_slot(ids[3]) == [Move(ids[3], 0, 1)]
     core.check_invariants()
 
 

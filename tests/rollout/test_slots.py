@@ -83,7 +83,7 @@ def test_critical_order_ranks_high_waiters_before_their_arrival_and_leaves_low_a
     assert granted == ["long", "short", "low-early", "low-late"]  # LOW stays in arrival order
 
 
-def test_an_idle_engine_takes_the_next_waiter_of_the_busiest_engine():
+def test_an_idle_engine_takes_the_last_waiter_of_the_busiest_engine():
     from venusrl.rollout.slots import steal_candidate
 
     busy, busier, idle = (SlotScheduler(1, "priority") for _ in range(3))
@@ -92,11 +92,14 @@ def test_an_idle_engine_takes_the_next_waiter_of_the_busiest_engine():
     busier.request("c", Priority.LOW)
     busier.request("d", Priority.LOW)  # waits
     busier.request("e", Priority.HIGH)  # preempts c, which queues again behind d
-    assert set(busier.holders) == {"e"} and busier.next_waiter() == "d"
+    assert set(busier.holders) == {"e"} and busier.next_waiter() == "d" and busier.last_waiter() == "c"
     engines = [busy, busier, idle]
     assert idle.idle and not busy.idle
-    assert steal_candidate(engines, target=2) == (1, "d")  # the engine with the most waiters
-    assert steal_candidate(engines, target=2, excluded={"d"}) == (0, "b")  # d is already on its way
+    # the engine with the most waiters, and there the turn it would serve last
+    assert steal_candidate(engines, target=2) == (1, "c")
+    assert steal_candidate(engines, target=2, excluded={"c"}) == (1, "d")  # c is already on its way
+    assert steal_candidate(engines, target=2, excluded={"c", "d"}) == (0, "b")
+    assert steal_candidate(engines, target=2, pays=lambda source: source is busy) == (0, "b")
     assert steal_candidate(engines, target=0) is None  # engine 0 has a waiter of its own: not idle
     idle.request("f", Priority.LOW)
     assert steal_candidate(engines, target=2) is None  # its one slot is taken now

@@ -32,7 +32,7 @@ def test_prefill_attention_over_the_context_swaps_venus_and_action_level():
 
 
 def test_prefix_reads_of_chunked_prefill_swap_venus_and_action_level():
-    _swap("venus", "rollflash", 3, {}, {"cost": replace(SMALL_COST, prefix_read_token_s=1e-4)})
+    _swap("venus", "rollflash", 8, {}, {"cost": replace(SMALL_COST, prefix_read_token_s=1e-4)})
 
 
 def test_reload_latency_swaps_thunderagent_and_action_level():

@@ -19,12 +19,12 @@ Decisions (paper §4.3):
   demotion): it cannot get KV while HIGH work fills the pool, so it must not keep a slot
   from one that can.
 - A policy change re-prioritises only the trajectories it touched (O(change)).
-- Idle-slot stealing: an engine whose slots would idle takes the next waiter of the engine
-  with the most waiters, when the move pays (`_move_pays`: what it saves the queue there
+- Idle-slot stealing: an engine whose slots would idle takes the last waiter (least urgent,
+  latest) of the engine with the most waiters, when the move pays (`_move_pays`: what it saves the queue there
   against what a move takes, both timed by the drivers); orchestration: `choose_moves` over
   the HIGH KV pressure.
 - Move semantics: a move is final when chosen. The trajectory leaves the source's slot
-  queue and placement at once (so the source's next waiter is served and no second move
+  queue and placement at once (so the source's other waiters are served and no second move
   picks it) and asks for a slot on the target once its prefix KV has landed (`arrived`).
   The driver releases it in the source engine after the KV is exported.
 

@@ -82,6 +82,11 @@ class SlotScheduler:
         """The waiter the next free slot goes to."""
         return min(self.waiting, key=self._rank) if self.waiting else None
 
+    def last_waiter(self, excluded: Container[Hashable] = ()) -> Hashable | None:
+        """The waiter a free slot would go to last (least urgent, latest), not in `excluded`."""
+        candidates = [t for t in self.waiting if t not in excluded]
+        return max(candidates, key=self._rank) if candidates else None
+
     def set_priority(self, trajectory: Hashable, priority: Priority) -> None:
         """Takes effect at the next grant or preemption (a holder keeps its slot)."""
         if trajectory in self.priorities:
@@ -104,17 +109,19 @@ class SlotScheduler:
 
 def steal_candidate(engines: Sequence[SlotScheduler], target: int, excluded: Container[Hashable] = (),
                     pays: Callable[[SlotScheduler], bool] = lambda _: True) -> tuple[int, Hashable] | None:
-    """(source engine, trajectory) to move to `target` when its slots idle: the next waiter of
+    """(source engine, trajectory) to move to `target` when its slots idle: the last waiter of
     the engine with the most waiters where a move `pays` (`excluded`: trajectories already
     moving). Trajectories stay on their engine for their KV; once an engine would idle while
     another has turns queued, moving one (with its prefix KV) keeps both generating
-    (priority mode only)."""
+    (priority mode only). The last waiter, not the next: it would wait longest where it is,
+    and the move's own time then delays the least urgent turn, not the critical one the
+    source is about to serve."""
     if not engines[target].idle:
         return None
     sources = sorted((i for i, e in enumerate(engines) if i != target and e.waiting),
                      key=lambda i: -len(engines[i].waiting))
     for source in sources:
-        waiter = engines[source].next_waiter()
-        if waiter not in excluded and pays(engines[source]):
+        waiter = engines[source].last_waiter(excluded)
+        if waiter is not None and pays(engines[source]):
             return source, waiter
     return None
