@@ -17,9 +17,9 @@ class RolloutConfig(Section):
     top_p: float = Field(1.0, gt=0, le=1)
     orchestration: bool = Field(
         True, description="venus's moves between engines (priority slots, more than one engine): an engine whose "
-        "slots would idle takes a turn queued on another, and waiting HIGH turns leave an engine past "
-        "orchestration_threshold, each with its prefix KV; off where a move costs more than a queued turn waits "
-        "(engines sharing CPUs, a slow KV transport)")
+        "slots would idle takes the last turn queued on another when the move saves that queue more than it takes "
+        "(both timed as the run goes), and waiting HIGH turns leave an engine past orchestration_threshold, each "
+        "with its prefix KV")
     orchestration_threshold: float = Field(
         0.9, gt=0, description="HIGH KV pressure past which an engine's waiting HIGH turns move to another engine")
     orchestration_interval_s: float = Field(0.1, gt=0, description="how often engine pressure is checked")

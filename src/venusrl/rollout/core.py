@@ -20,9 +20,9 @@ Decisions (paper §4.3):
   from one that can.
 - A policy change re-prioritises only the trajectories it touched (O(change)).
 - Idle-slot stealing: an engine whose slots would idle takes the last waiter (least urgent,
-  latest) of the engine with the most waiters, when the move pays (`_move_pays`: what it saves the queue there
-  against what a move takes, both timed by the drivers); orchestration: `choose_moves` over
-  the HIGH KV pressure.
+  latest) of the engine with the most waiters, when the move pays (`_move_pays`: the wait it
+  saves against what a move takes, both timed by the drivers); orchestration:
+  `choose_moves` over the HIGH KV pressure.
 - Move semantics: a move is final when chosen. The trajectory leaves the source's slot
   queue and placement at once (so the source's other waiters are served and no second move
   picks it) and asks for a slot on the target once its prefix KV has landed (`arrived`).
@@ -292,13 +292,13 @@ class RolloutCore:
         return [move]
 
     def _move_pays(self, source: SlotScheduler) -> bool:
-        """Whether taking a waiter off `source` saves more than the move costs. It saves each
-        turn queued there about a slot's share of a turn (`turn_s / slots`), `waiting` of them
-        in all (the mover's own wait among them); it costs the mover `move_s` before it can ask
-        for a slot on the target. Between engine processes of a small model a move takes longer
-        than several turns (measured: 40-110 ms median against 50 ms turns on 3 slots), so
-        stealing there would slow the run; with fast copies and long turns it pays almost
-        always. Until a move and a turn have been timed, it is taken to pay."""
+        """Whether taking `source`'s last waiter saves more than the move costs. Left there, it
+        would wait about a slot's share of a turn (`turn_s / slots`) for each waiter, itself
+        included; moved, it asks for a slot on the idle target after `move_s`. Between engine
+        processes of a small model a move takes longer than several turns (measured: 40-110 ms
+        median against 50 ms turns on 3 slots), so stealing every time slows the run; with fast
+        copies and long turns it pays almost always. Until a move and a turn have been timed,
+        it is taken to pay."""
         if self._move_s is None or self._turn_s is None:
             return True
         return len(source.waiting) * self._turn_s / source.slots > self._move_s
