@@ -5,7 +5,17 @@ from dataclasses import replace
 
 import pytest
 
-from venusrl.bench.rollout import MODES, QUICK, RolloutCase, _round, run, tasks
+from venusrl.bench.rollout import (
+    MODES,
+    QUICK,
+    RolloutCase,
+    Round,
+    _round,
+    _speedups,
+    _summary,
+    run,
+    tasks,
+)
 from venusrl.model.tiny import make_tiny_model
 from venusrl.trace import read_trace
 
@@ -81,3 +91,26 @@ def test_a_round_records_its_turns_as_a_trace_the_simulator_replays(tmp_path):
         assert plan.prompt_tokens > plan.shared_prompt_tokens > 0  # the system prompt and tools are shared
         assert len(plan.turns) >= 1 and all(1 <= t.gen_tokens <= SMALL.tokens_per_turn for t in plan.turns)
     assert "trace" not in asyncio.run(_round(model_dir, SMALL, "action_level", 0.0, tasks(SMALL, 0))).figures
+
+
+def test_a_backend_without_a_step_log_gets_no_breakdown_and_says_why():
+    """A round whose engines keep no step log (vLLM) reports its end-to-end figures, and in place
+    of the breakdown the reason the backend gave; no waste bound is derived from it."""
+    figures = {"time_to_last_step_s": 2.0, "steady_step_s": 0.5, "time_to_first_batch_s": 0.5,
+               "tokens": {"trained": 10, "discarded": 0, "prefill_computed": 30}, "discarded_trajectories": 0,
+               "engine_s": 4.0, "engine_waits_s": None}
+    rounds = [Round(dict(figures), None, "no step log here")]
+    summary = _summary(rounds, None)
+    assert summary["breakdown"] == {"available": False, "reason": "no step log here"}
+    assert summary["time_to_last_step_s"] == 2.0 and summary["tokens"]["prefill_computed"] == 30
+    cell = {mode: summary for mode in MODES}
+    speedups = _speedups(cell)
+    assert speedups["end_to_end_speedup_vs_action_level"] == 1.0
+    assert not any(k.startswith("waste_bound") for k in speedups)
+
+
+def test_the_vllm_backend_is_refused_a_model_its_cpu_attention_cannot_run():
+    with pytest.raises(ValueError, match="head_dim"):
+        run(quick=True, case=replace(QUICK, engine_backend="vllm"))
+    with pytest.raises(ValueError, match="engine_backend 'sglang'"):
+        run(quick=True, case=replace(QUICK, engine_backend="sglang"))

@@ -59,7 +59,18 @@ from venusrl.types import Priority, SamplingParams
 
 log = logging.getLogger(__name__)
 
-_SHM = "/dev/shm"  # weights cross to vLLM's workers as a file there (memory, not disk)
+_SHM = "/dev/shm"
+NO_STEP_LOG = (
+    "the vLLM backend keeps no step log: vLLM's stat loggers get each iteration's token counts, not its "
+    "duration; its per-iteration elapsed_ms (enable_logging_iteration_details) times only the wait for the "
+    "model's output after execute_model was dispatched (vllm/v1/engine/core.py, EngineCore.step and "
+    "capture_iteration_details), and with the one-worker executor of its CPU build (UniProcExecutor."
+    "collective_rpc runs the forward before returning its future) the forward has already run by then")  # weights cross to vLLM's workers as a file there (memory, not disk)
+
+
+def usable_kv_tokens(cache) -> int:
+    """KV tokens vLLM's block pool can hold: its blocks but the null block it keeps aside."""
+    return max(0, (cache.num_gpu_blocks or 0) - 1) * cache.block_size
 
 
 @dataclass(slots=True, eq=False)
@@ -102,8 +113,7 @@ class VLLMEngine:
         self._update_lock = asyncio.Lock()
         self._serving = asyncio.Event()  # cleared while weights are being replaced
         self._serving.set()
-        cache = llm.vllm_config.cache_config
-        self.kv_capacity_tokens = (cache.num_gpu_blocks or 0) * cache.block_size
+        self.kv_capacity_tokens = usable_kv_tokens(llm.vllm_config.cache_config)
 
     @classmethod
     def start(cls, model_dir: str | Path, config: EngineConfig, weight_version: int = 0, **kwargs) -> VLLMEngine:
@@ -112,8 +122,7 @@ class VLLMEngine:
         stats = StatsCollector()
         llm = AsyncLLM.from_vllm_config(vllm_config, stat_loggers=[stats.factory], disable_log_stats=True)
         log.info("vLLM engine started: %s, %d KV tokens, batch %d", model_dir,
-                 (vllm_config.cache_config.num_gpu_blocks or 0) * vllm_config.cache_config.block_size,
-                 config.max_running_requests)
+                 usable_kv_tokens(vllm_config.cache_config), config.max_running_requests)
         return cls(llm, stats, config, weight_version)
 
     # ---- generation -------------------------------------------------------------------------
@@ -242,9 +251,9 @@ class VLLMEngine:
                                         self._version)
 
     async def steps_since(self, index: int) -> StepLogSlice:
-        """Not kept: vLLM's engine core runs its steps where no call of ours can time them (its
-        stat loggers get each step's token counts, not its duration)."""
-        raise NotImplementedError("the vLLM backend keeps no step log (vLLM reports no step durations)")
+        """Not kept: vLLM's engine core runs its steps in its own process, where no call of ours
+        times them, and what it reports of them is not a step's duration (see NO_STEP_LOG)."""
+        raise NotImplementedError(NO_STEP_LOG)
 
     async def export_prefix(self, token_ids: list[int]) -> PrefixKV:
         """No KV leaves a vLLM engine here: vLLM exposes its KV only through KV connectors
