@@ -16,7 +16,9 @@ from venusrl.bench.rollout import (
     run,
     tasks,
 )
+from venusrl.engine.step_log import StepSample
 from venusrl.model.tiny import make_tiny_model
+from venusrl.sim.cost_model import CostModel
 from venusrl.trace import read_trace
 
 SMALL = RolloutCase(batch_groups=2, group_size=2, async_factor=1.5, engines=1, slots_per_engine=2,
@@ -93,18 +95,17 @@ def test_a_round_records_its_turns_as_a_trace_the_simulator_replays(tmp_path):
     assert "trace" not in asyncio.run(_round(model_dir, SMALL, "action_level", 0.0, tasks(SMALL, 0))).figures
 
 
-def test_a_backend_without_a_step_log_gets_no_breakdown_and_says_why():
-    """A round whose engines keep no step log (vLLM) reports its end-to-end figures, and in place
-    of the breakdown the reason the backend gave; no waste bound is derived from it."""
+def test_a_backend_that_counts_no_recompute_nor_waits_gets_no_waste_bound():
+    """vLLM's rounds carry no recomputed or aborted-unseen tokens and no waits: the breakdown
+    names what it could not count and no waste bound is derived from it; the speedups stand."""
     figures = {"time_to_last_step_s": 2.0, "steady_step_s": 0.5, "time_to_first_batch_s": 0.5,
-               "tokens": {"trained": 10, "discarded": 0, "prefill_computed": 30}, "discarded_trajectories": 0,
-               "engine_s": 4.0, "engine_waits_s": None}
-    rounds = [Round(dict(figures), None, "no step log here")]
-    summary = _summary(rounds, None)
-    assert summary["breakdown"] == {"available": False, "reason": "no step log here"}
-    assert summary["time_to_last_step_s"] == 2.0 and summary["tokens"]["prefill_computed"] == 30
-    cell = {mode: summary for mode in MODES}
-    speedups = _speedups(cell)
+               "tokens": {"sampled": 40, "trained": 30, "prefill_computed": 90, "discarded": 0},
+               "discarded_trajectories": 0, "engine_s": 4.0, "engine_waits_s": None}
+    rounds = [Round(dict(figures), [StepSample(90, 0, 90, 0.5, 0.5), StepSample(0, 40, 4000, 1.0, 1.5)])]
+    summary = _summary(rounds, CostModel(0.001, 1e-4, 1e-6, 0.0, 1000))
+    assert summary["breakdown"]["not_counted"] == ["recompute_s", "wasted_aborted_s"]
+    assert "idle_split" not in summary["breakdown"] and summary["breakdown"]["idle_s"] == 2.5
+    speedups = _speedups({mode: summary for mode in MODES})
     assert speedups["end_to_end_speedup_vs_action_level"] == 1.0
     assert not any(k.startswith("waste_bound") for k in speedups)
 

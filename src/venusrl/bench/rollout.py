@@ -156,12 +156,10 @@ def tasks(case: RolloutCase, seed: int) -> list[Prompt]:
 
 @dataclass(slots=True)
 class Round:
-    """One measured round: its figures (JSON) and its engine steps (for the breakdown; None
-    where the backend keeps no step log, `no_step_log` saying why)."""
+    """One measured round: its figures (JSON) and its engine steps (for the breakdown)."""
 
     figures: dict[str, Any]
-    samples: list[StepSample] | None
-    no_step_log: str | None = None
+    samples: list[StepSample]
 
 
 async def _open_engines(model_dir: Path, case: RolloutCase, setup: ModeSetup, placement: str) -> list[EngineClient]:
@@ -181,27 +179,18 @@ async def _open_engines(model_dir: Path, case: RolloutCase, setup: ModeSetup, pl
     return list(await asyncio.to_thread(spawn_engines, [spec] * case.engines))
 
 
-async def _step_logs(engines: list[EngineClient]) -> tuple[list[tuple[StepSample, ...]] | None, str | None]:
-    """Every engine's step log, or (None, why) where the backend keeps none (it says why)."""
-    try:
-        return [(await e.steps_since(0)).samples for e in engines], None
-    except NotImplementedError as err:
-        return None, str(err)
-
-
-def _tokens(logs: list[tuple[StepSample, ...]] | None, stats: list, trained: list, coordinator: DataCoordinator,
-            worker: RolloutWorker) -> dict[str, int]:
-    """The round's token counts. Without step logs (vLLM), only what is counted without them:
-    prefill computed is the prefix cache's queried minus hit tokens; sampled, recomputed and
-    aborted-unseen tokens are not reported (vLLM does not count them)."""
-    counts = {"trained": sum(t.generated_tokens for g in trained for t in g.trajectories),
-              "discarded": coordinator.counts.discarded_tokens}
-    if logs is None:
-        return {**counts, "prefill_computed": sum(s.prompt_tokens - s.cached_tokens for s in stats)}
+def _tokens(case: RolloutCase, logs: list[tuple[StepSample, ...]], stats: list, trained: list,
+            coordinator: DataCoordinator, worker: RolloutWorker) -> dict[str, int]:
+    """The round's token counts. On vLLM, sampled counts its decode steps' tokens only (each
+    request's first token is sampled by its prefill step, which vLLM does not tell apart), and
+    recomputed and aborted-unseen tokens are left out: vLLM counts neither."""
     sampled = sum(s.decode_seqs for log in logs for s in log)
-    return {"sampled": sampled, **counts,
-            "prefill_computed": sum(s.prefill_tokens for log in logs for s in log),
-            "recomputed": sum(s.recomputed_tokens for s in stats),
+    tokens = {"sampled": sampled, "trained": sum(t.generated_tokens for g in trained for t in g.trajectories),
+              "prefill_computed": sum(s.prefill_tokens for log in logs for s in log),
+              "discarded": coordinator.counts.discarded_tokens}
+    if case.engine_backend == "vllm":
+        return tokens
+    return {**tokens, "recomputed": sum(s.recomputed_tokens for s in stats),
             "aborted_unseen": max(0, sampled - worker.tokens.kept - worker.tokens.cancelled)}
 
 
@@ -272,7 +261,7 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
             worker.on_weight_version(version)
             step_done.append(time.monotonic() - started)
         stats = [await e.stats() for e in async_engines]
-        logs, no_step_log = await _step_logs(async_engines)
+        logs = [(await e.steps_since(0)).samples for e in async_engines]
     finally:
         stop.set()
         await asyncio.gather(running, return_exceptions=True)
@@ -282,10 +271,10 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
     if span > case.max_version_span or in_flight > coordinator.window:
         raise AssertionError(f"{mode}: version span {span} or {in_flight} groups in flight broke the bounds")
     end = started + step_done[-1]
-    samples = None if logs is None else [s for log in logs for s in log if s.ended_s <= end]
-    tokens = _tokens(logs, stats, trained, coordinator, worker)
-    # the engines' own account of their waits, kept with their step logs (vLLM keeps neither)
-    waits = None if logs is None else {
+    samples = [s for log in logs for s in log if s.ended_s <= end]
+    tokens = _tokens(case, logs, stats, trained, coordinator, worker)
+    # the engines' own account of their waits (vLLM keeps none)
+    waits = None if case.engine_backend == "vllm" else {
         kind: sum(getattr(b, kind) - getattr(a, kind) for a, b in zip(at_start, stats, strict=True))
         for kind in ("idle_no_request_s", "idle_stalled_s")}
     steps_after_first = [b - a for a, b in zip(step_done, step_done[1:], strict=False)]
@@ -313,7 +302,7 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
     if trace:  # every group the round admitted, each once
         groups = {g.id: g for g in [*trained, *coordinator.untrained_groups(), *coordinator.running_groups()]}
         figures["trace"] = recorded_trace(groups.values())
-    return Round(figures, samples, no_step_log)
+    return Round(figures, samples)
 
 
 def _calibrate(model_dir: Path, case: RolloutCase, placement: str) -> tuple[float, list[Example]]:
@@ -346,8 +335,7 @@ def _predictor_spearman(train: list[Example], venus: list[RecordingPredictor], q
 
 
 def _summary(rounds: list[Round], cost) -> dict[str, Any]:
-    """A mode's medians over its rounds at one trainer factor, and its summed breakdown (or
-    why there is none: `cost` is None where the engines keep no step log)."""
+    """A mode's medians over its rounds at one trainer factor, and its summed breakdown."""
     figures = [r.figures for r in rounds]
     totals = {k: sum(f["tokens"][k] for f in figures) for k in figures[0]["tokens"]}
     return {
@@ -355,15 +343,16 @@ def _summary(rounds: list[Round], cost) -> dict[str, Any]:
            for k in ("time_to_last_step_s", "steady_step_s", "time_to_first_batch_s")},
         "tokens": {k: statistics.median(f["tokens"][k] for f in figures) for k in totals},
         "discarded_trajectories": sum(f["discarded_trajectories"] for f in figures),
-        "breakdown": _no_breakdown(rounds) if cost is None else breakdown(
-            [s for r in rounds for s in r.samples], cost, sum(f["engine_s"] for f in figures), totals,
-            {k: sum(f["engine_waits_s"][k] for f in figures) for k in figures[0]["engine_waits_s"]}),
+        "breakdown": breakdown([s for r in rounds for s in r.samples], cost, sum(f["engine_s"] for f in figures),
+                               totals, _summed_waits(figures)),
         "rounds": figures,
     }
 
 
-def _no_breakdown(rounds: list[Round]) -> dict[str, Any]:
-    return {"available": False, "reason": next(r.no_step_log for r in rounds if r.no_step_log)}
+def _summed_waits(figures: list[dict[str, Any]]) -> dict[str, float] | None:
+    if figures[0]["engine_waits_s"] is None:
+        return None
+    return {k: sum(f["engine_waits_s"][k] for f in figures) for k in figures[0]["engine_waits_s"]}
 
 
 def _ratios(result: dict[str, Any], baseline: str, key: str, variant: str = "venus") -> list[float]:
@@ -383,10 +372,10 @@ def _speedups(cell: dict[str, Any]) -> dict[str, Any]:
     so such an engine had no runnable turn placed on it: that idle is won back only by more
     work in flight (a larger window), by moving turns from a busier engine, or by a window
     whose groups finish sooner and retire, not by ordering the engine's own queue. No bound
-    where the engines keep no step log (no breakdown to take it from)."""
+    where the engines do not count all of the waste (vLLM: recompute, aborted decode)."""
     out: dict[str, Any] = {}
     for baseline in BASELINES:
-        if cell[baseline]["breakdown"].get("available", True):
+        if all(k in cell[baseline]["breakdown"]["fractions"] for k in WASTE):
             out.update(_waste_bounds(cell, baseline))
         for variant, prefix in VARIANTS.items():
             for name, key in (("end_to_end", "time_to_last_step_s"), ("first_batch", "time_to_first_batch_s"),
@@ -473,13 +462,9 @@ def run(quick: bool, trace: bool = False, case: RolloutCase | None = None, place
                             recorders.append(predictor)
                     progress.advance(task)
         result["predictor_spearman"] = _predictor_spearman(train_examples, recorders, quick, Path(tmp))
-    every = [r for modes in cells.values() for rounds in modes.values() for r in rounds]
-    if any(r.samples is None for r in every):
-        cost = None
-        result["step_cost_model"] = _no_breakdown(every)
-    else:
-        cost = fit([s for r in every for s in r.samples], case.kv_tokens_per_engine)
-        result["step_cost_model"] = {"fixed_s": cost.fixed_s, "token_s": cost.token_s, "kv_token_s": cost.kv_token_s}
+    cost = fit([s for modes in cells.values() for rounds in modes.values() for r in rounds for s in r.samples],
+               case.kv_tokens_per_engine)
+    result["step_cost_model"] = {"fixed_s": cost.fixed_s, "token_s": cost.token_s, "kv_token_s": cost.kv_token_s}
     result["trainer"] = {"step_s": {str(f): f * batch_s for f in case.trainer_factors},
                          "gradient_fraction": case.gradient_fraction, "model": "streaming, one group at a time"}
     result["by_trainer_factor"] = {}
@@ -516,7 +501,10 @@ def _backend_note(case: RolloutCase) -> dict[str, Any]:
             "setups": "slot modes, the coordinator's policy, priorities (vLLM's priority scheduling with venus's "
                       "preemption, engine/vllm_scheduler.py) and moves between engines apply as on ours; "
                       "cache_policy and demotion do not: vLLM's prefix cache is LRU over freed blocks in every mode, "
-                      "and a moved turn recomputes its prefix on the target (no KV leaves a vLLM engine)"}
+                      "and a moved turn recomputes its prefix on the target (no KV leaves a vLLM engine)",
+            "step_log": "vLLM's iteration details (engine/vllm_stats.py): seconds are its elapsed_ms (forward and "
+                        "sampling); kv_tokens its KV blocks in use; no wait split, no recomputed or aborted-unseen "
+                        "tokens (vLLM counts neither), so no waste bound"}
 
 
 def run_case(quick: bool, placement: str = "process", **overrides: Any) -> dict[str, Any]:

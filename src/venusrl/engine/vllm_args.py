@@ -55,7 +55,8 @@ def engine_args(model_dir: str | Path, config: EngineConfig, *, dtype: str = "fl
         max_num_batched_tokens=max(config.max_prefill_tokens, config.max_running_requests),
         enable_prefix_caching=True, scheduling_policy="priority", scheduler_cls=_SCHEDULER,
         worker_extension_cls=_WORKER_EXTENSION, logprobs_mode="processed_logprobs",
-        disable_log_stats=True,
+        disable_log_stats=True,  # vLLM's own loggers off; ours (vllm_stats.py) get every step's stats,
+        enable_logging_iteration_details=True,  # with its timed iteration (our step log)
     )
 
 

@@ -15,6 +15,9 @@ What each venus mechanism becomes here (vLLM 0.32, its V1 engine):
 - log-probs: vLLM's `processed_logprobs` of the sampled token, i.e. under the rollout
   temperature (equal to ours, softmax(logits / T), when top-p/top-k cut nothing; with a cut
   vLLM renormalises over the kept tokens, ours does not).
+- step log: vLLM's own per-iteration details (its elapsed_ms and token counts; vllm_stats.py);
+  the wait split (no request / stalled) of our engine's step log is not kept (vLLM does not
+  account for its idle).
 - residency tiers, demotion, KV export/import: vLLM has no trajectory-aware eviction (its
   prefix cache is LRU over freed blocks), so there is no demotion (`demoted` is always empty).
   vLLM moves KV between engines only through KV connectors configured at start
@@ -54,23 +57,13 @@ from venusrl.engine.kv_pool import HostKV
 from venusrl.engine.stats import EngineStats
 from venusrl.engine.step_log import StepLogSlice
 from venusrl.engine.vllm_args import engine_args, vllm_params
-from venusrl.engine.vllm_stats import StatsCollector
+from venusrl.engine.vllm_stats import StatsCollector, usable_kv_tokens
 from venusrl.types import Priority, SamplingParams
 
 log = logging.getLogger(__name__)
 
 _SHM = "/dev/shm"
-NO_STEP_LOG = (
-    "the vLLM backend keeps no step log: vLLM's stat loggers get each iteration's token counts, not its "
-    "duration; its per-iteration elapsed_ms (enable_logging_iteration_details) times only the wait for the "
-    "model's output after execute_model was dispatched (vllm/v1/engine/core.py, EngineCore.step and "
-    "capture_iteration_details), and with the one-worker executor of its CPU build (UniProcExecutor."
-    "collective_rpc runs the forward before returning its future) the forward has already run by then")  # weights cross to vLLM's workers as a file there (memory, not disk)
 
-
-def usable_kv_tokens(cache) -> int:
-    """KV tokens vLLM's block pool can hold: its blocks but the null block it keeps aside."""
-    return max(0, (cache.num_gpu_blocks or 0) - 1) * cache.block_size
 
 
 @dataclass(slots=True, eq=False)
@@ -251,9 +244,9 @@ class VLLMEngine:
                                         self._version)
 
     async def steps_since(self, index: int) -> StepLogSlice:
-        """Not kept: vLLM's engine core runs its steps in its own process, where no call of ours
-        times them, and what it reports of them is not a step's duration (see NO_STEP_LOG)."""
-        raise NotImplementedError(NO_STEP_LOG)
+        """The steps vLLM timed and shaped (its iteration details; vllm_stats.py says how they
+        map onto our `StepSample`)."""
+        return self._stats.steps.since(index)
 
     async def export_prefix(self, token_ids: list[int]) -> PrefixKV:
         """No KV leaves a vLLM engine here: vLLM exposes its KV only through KV connectors
