@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import statistics
 import tempfile
 import time
@@ -114,6 +115,7 @@ class ModeSetup:
     orchestration: bool = False  # moves between engines (`rollout.orchestration`; priority slots only)
 
 
+VLLM_BIND = "VLLM_CPU_OMP_THREADS_BIND"
 VLLM_PAGE_SIZE = 32  # vLLM 0.32's CPU attention takes KV blocks of multiples of 32 tokens
 VENUS_POLICY = CoordinatorConfig.model_fields["policy"].default  # what `scheduler.policy: venus` ranks with
 SETUPS = {
@@ -162,6 +164,22 @@ class Round:
     samples: list[StepSample]
 
 
+@contextlib.contextmanager
+def _vllm_worker_on_core(core: int):
+    """vLLM's CPU worker binds its OpenMP threads to every core but one by default, the same
+    ones for every engine of a host; here the engine started within gets one core of its own,
+    as each of our engines runs one torch thread (its processes read the variable when spawned)."""
+    before = os.environ.get(VLLM_BIND)
+    os.environ[VLLM_BIND] = str(core)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[VLLM_BIND]
+        else:
+            os.environ[VLLM_BIND] = before
+
+
 async def _open_engines(model_dir: Path, case: RolloutCase, setup: ModeSetup, placement: str) -> list[EngineClient]:
     """The round's engines: ours in this process or each in its own, or vLLM's (`VLLMEngine`,
     started in this event loop, as it must be). vLLM keeps its own prefix cache, LRU over freed
@@ -172,7 +190,11 @@ async def _open_engines(model_dir: Path, case: RolloutCase, setup: ModeSetup, pl
         from venusrl.engine.vllm_backend import VLLMEngine
 
         vllm_config = engine_config.model_copy(update={"backend": "vllm", "page_size": VLLM_PAGE_SIZE})
-        return [VLLMEngine.start(model_dir, vllm_config) for _ in range(case.engines)]
+        engines = []
+        for i in range(case.engines):
+            with _vllm_worker_on_core(i % (os.cpu_count() or 1)):
+                engines.append(VLLMEngine.start(model_dir, vllm_config))
+        return engines
     if placement == "in_process":
         return [AsyncEngine(Engine.from_pretrained(model_dir, engine_config)) for _ in range(case.engines)]
     spec = EngineSpec(model_dir=str(model_dir), engine=engine_config, torch_threads=torch.get_num_threads())
@@ -502,6 +524,7 @@ def _backend_note(case: RolloutCase) -> dict[str, Any]:
                       "preemption, engine/vllm_scheduler.py) and moves between engines apply as on ours; "
                       "cache_policy and demotion do not: vLLM's prefix cache is LRU over freed blocks in every mode, "
                       "and a moved turn recomputes its prefix on the target (no KV leaves a vLLM engine)",
+            "cpu_binding": f"engine i's worker on core i ({VLLM_BIND}), one core each, as ours run one thread each",
             "step_log": "vLLM's iteration details (engine/vllm_stats.py): seconds are its elapsed_ms (forward and "
                         "sampling); kv_tokens its KV blocks in use; no wait split, no recomputed or aborted-unseen "
                         "tokens (vLLM counts neither), so no waste bound"}
