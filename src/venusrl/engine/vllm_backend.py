@@ -21,7 +21,8 @@ What each venus mechanism becomes here (vLLM 0.32, its V1 engine):
 - residency tiers, demotion, KV export/import: vLLM has no trajectory-aware eviction (its
   prefix cache is LRU over freed blocks), so there is no demotion (`demoted` is always empty).
   vLLM moves KV between engines only through KV connectors configured at start
-  (`kv_transfer_config`), not by a call; none is wired here, so `export_prefix` moves nothing
+  (`kv_transfer_config`), not by a call; none is wired here (the one that runs on the CPU
+  build matches whole prompts only, see export_prefix), so `export_prefix` moves nothing
   (`PrefixKV(0, ...)`) and a migrated request recomputes its prefix on the target engine.
 """
 
@@ -251,10 +252,11 @@ class VLLMEngine:
     async def export_prefix(self, token_ids: list[int]) -> PrefixKV:
         """No KV leaves a vLLM engine here: vLLM exposes its KV only through KV connectors
         (LMCache, NIXL, Mooncake, offloading), which act inside its scheduler per request, not
-        on a call like this one. None is tried on the CPU build yet; the candidates are its
-        reference ExampleConnector (KV through a shared directory, plain torch) and NIXL (the
-        CPU platform selects a KV layout for it; it needs the nixl package). The target engine
-        recomputes the prefix (its prefix cache serves what it already has)."""
+        on a call like this one. Its reference ExampleConnector does move KV between CPU
+        engines, but keys it by the whole prompt, so an agent's next turn (a longer prompt)
+        never finds it (results/vllm/kv-connector); LMCache and NIXL, which would, need packages
+        of their own. The target engine recomputes the prefix (its prefix cache serves what it
+        already has)."""
         return PrefixKV(0, self._empty_kv())
 
     async def import_prefix(self, token_ids: list[int], kv: HostKV, trajectory_id: str | None = None) -> int:
