@@ -40,3 +40,17 @@ def test_the_idle_split_adds_up_to_the_idle_whatever_the_engines_report(steps, c
     assert all(v >= 0 for v in parts) and abs(sum(parts) - out["idle_s"]) < 2e-3
     assert split["no_request_s"] <= round(no_request, 3) and split["stalled_s"] <= round(stalled, 3)
     assert split["calls_s"] <= round(calls, 3)
+
+
+@given(samples, costs, st.integers(0, 5000))
+def test_what_an_engine_does_not_count_is_named_and_the_rest_still_adds_up(steps, cost, discarded):
+    """vLLM counts neither recomputed tokens nor tokens sampled for aborted requests, nor its
+    waits: those parts are absent (their time stays in prefill and decode), named, and the
+    parts present still add up to the engine time."""
+    tokens = {"sampled": sum(s.decode_seqs for s in steps), "prefill_computed": sum(s.prefill_tokens for s in steps),
+              "discarded": discarded}
+    engine_s = 2 * sum(s.seconds for s in steps) + 1.0
+    out = breakdown(steps, cost, engine_s, tokens, None)
+    assert out["not_counted"] == ["recompute_s", "wasted_aborted_s"] and "idle_split" not in out
+    assert "recompute" not in out["fractions"] and "wasted_aborted" not in out["fractions"]
+    assert abs(sum(out["fractions"].values()) - 1.0) < 1e-2

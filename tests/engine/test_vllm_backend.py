@@ -262,3 +262,28 @@ def test_keep_kv_after_weight_update_is_refused(setup):
     config = EngineConfig(page_size=32, kv_after_weight_update="keep")
     with pytest.raises(ValueError, match="engine.kv_after_weight_update: only recompute"):
         VLLMEngine.start(setup[1].llm.model_config.model, config)
+
+
+def test_every_step_vllm_runs_is_logged_with_its_shape_and_time(setup):
+    """The step log comes from vLLM's own timed iterations: each request's prompt is prefill
+    (no prefix of these prompts is cached), each token after its first is one decode sequence,
+    every step took time, and the KV in use held the prompts and never exceeded the capacity,
+    which is the config's."""
+    runner, engine, _, _ = setup
+    prompts = _prompts(BATCH, 40, seed=12)
+    params = SamplingParams(max_new_tokens=16, temperature=0, stop_token_ids=NO_STOP)
+
+    async def run():
+        start = (await engine.steps_since(0)).next_index
+        await asyncio.gather(*(_collect(engine, p, params, Priority.LOW) for p in prompts))
+        return await engine.steps_since(start)
+
+    steps = runner.run(run()).samples
+    assert engine.kv_capacity_tokens == 8192
+    assert sum(s.prefill_tokens for s in steps) == BATCH * 40
+    assert sum(s.decode_seqs for s in steps) == BATCH * 15  # the first token is sampled by the prefill step
+    assert all(s.seconds > 0 for s in steps), [s.seconds for s in steps]
+    # KV in use after each step: the last step's requests have finished and freed theirs
+    kv = [s.kv_tokens for s in steps]
+    assert all(0 <= k <= engine.kv_capacity_tokens for k in kv) and max(kv) >= BATCH * 40, kv
+    assert [s.ended_s for s in steps] == sorted(s.ended_s for s in steps)

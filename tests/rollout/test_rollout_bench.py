@@ -5,8 +5,20 @@ from dataclasses import replace
 
 import pytest
 
-from venusrl.bench.rollout import MODES, QUICK, RolloutCase, _round, run, tasks
+from venusrl.bench.rollout import (
+    MODES,
+    QUICK,
+    RolloutCase,
+    Round,
+    _round,
+    _speedups,
+    _summary,
+    run,
+    tasks,
+)
+from venusrl.engine.step_log import StepSample
 from venusrl.model.tiny import make_tiny_model
+from venusrl.sim.cost_model import CostModel
 from venusrl.trace import read_trace
 
 SMALL = RolloutCase(batch_groups=2, group_size=2, async_factor=1.5, engines=1, slots_per_engine=2,
@@ -84,3 +96,25 @@ def test_a_round_records_its_turns_as_a_trace_the_simulator_replays(tmp_path):
         assert plan.prompt_tokens > plan.shared_prompt_tokens > 0  # the system prompt and tools are shared
         assert len(plan.turns) >= 1 and all(1 <= t.gen_tokens <= SMALL.tokens_per_turn for t in plan.turns)
     assert "trace" not in asyncio.run(_round(model_dir, SMALL, "action_level", 0.0, tasks(SMALL, 0))).figures
+
+
+def test_a_backend_that_counts_no_recompute_nor_waits_gets_no_waste_bound():
+    """vLLM's rounds carry no recomputed or aborted-unseen tokens and no waits: the breakdown
+    names what it could not count and no waste bound is derived from it; the speedups stand."""
+    figures = {"time_to_last_step_s": 2.0, "steady_step_s": 0.5, "time_to_first_batch_s": 0.5,
+               "tokens": {"sampled": 40, "trained": 30, "prefill_computed": 90, "discarded": 0},
+               "discarded_trajectories": 0, "engine_s": 4.0, "engine_waits_s": None}
+    rounds = [Round(dict(figures), [StepSample(90, 0, 90, 0.5, 0.5), StepSample(0, 40, 4000, 1.0, 1.5)])]
+    summary = _summary(rounds, CostModel(0.001, 1e-4, 1e-6, 0.0, 1000))
+    assert summary["breakdown"]["not_counted"] == ["recompute_s", "wasted_aborted_s"]
+    assert "idle_split" not in summary["breakdown"] and summary["breakdown"]["idle_s"] == 2.5
+    speedups = _speedups({mode: summary for mode in MODES})
+    assert speedups["end_to_end_speedup_vs_action_level"] == 1.0
+    assert not any(k.startswith("waste_bound") for k in speedups)
+
+
+def test_the_vllm_backend_is_refused_a_model_its_cpu_attention_cannot_run():
+    with pytest.raises(ValueError, match="head_dim"):
+        run(quick=True, case=replace(QUICK, engine_backend="vllm"))
+    with pytest.raises(ValueError, match="engine_backend 'sglang'"):
+        run(quick=True, case=replace(QUICK, engine_backend="sglang"))

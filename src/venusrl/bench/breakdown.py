@@ -15,6 +15,11 @@ with no request at all (every trajectory placed there is in a tool, finished, or
 admitted by the window), waits with requests it could not admit, running its callers' calls
 (requests added and aborted, priorities, stats, prefix KV copies), and the rest, between
 steps (delivery, and the OS running something else).
+
+An engine that does not count recomputed tokens or tokens sampled for aborted requests (vLLM)
+leaves them out of `tokens`: their time stays inside prefill_computed and decode, and the
+breakdown names them under `not_counted`; one that keeps no account of its waits (vLLM) gets
+no idle split.
 """
 
 from __future__ import annotations
@@ -46,12 +51,12 @@ def breakdown(samples: list[StepSample], cost: CostModel, engine_s: float, token
     discarded, aborted_unseen. `waits`: the engines' own idle_no_request_s, idle_stalled_s and
     calls_s (`StepLog`), which split the idle into no request at all, requests the engine
     could not admit, its callers' calls, and between steps (delivery, the OS running something
-    else)."""
+    else); None: no idle split (the engines keep no account of their waits)."""
     prefill_s, decode_s = split_busy(samples, cost)
-    recompute_s = prefill_s * _share(tokens["recomputed"], tokens["prefill_computed"])
+    recompute_s = prefill_s * _share(tokens.get("recomputed", 0), tokens["prefill_computed"])
     discarded = min(tokens["discarded"], tokens["sampled"])
     discarded_s = decode_s * _share(discarded, tokens["sampled"])
-    unseen_s = decode_s * _share(min(tokens["aborted_unseen"], tokens["sampled"] - discarded), tokens["sampled"])
+    unseen_s = decode_s * _share(min(tokens.get("aborted_unseen", 0), tokens["sampled"] - discarded), tokens["sampled"])
     seconds = {
         "decode_s": decode_s - discarded_s - unseen_s,
         "prefill_computed_s": prefill_s - recompute_s,
@@ -60,10 +65,17 @@ def breakdown(samples: list[StepSample], cost: CostModel, engine_s: float, token
         "wasted_aborted_s": unseen_s,
         "idle_s": max(0.0, engine_s - prefill_s - decode_s),
     }
+    not_counted = [part for part, count in (("recompute_s", "recomputed"), ("wasted_aborted_s", "aborted_unseen"))
+                   if count not in tokens]
+    for part in not_counted:
+        del seconds[part]
     out: dict[str, Any] = {k: round(v, 3) for k, v in seconds.items()}
     out["engine_s"] = round(engine_s, 3)
     out["fractions"] = _fractions(seconds, engine_s)
-    waits = waits or {}
+    if not_counted:
+        out["not_counted"] = not_counted
+    if waits is None:
+        return out
     no_request = min(seconds["idle_s"], waits.get("idle_no_request_s", 0.0))
     stalled = min(seconds["idle_s"] - no_request, waits.get("idle_stalled_s", 0.0))
     calls = min(seconds["idle_s"] - no_request - stalled, waits.get("calls_s", 0.0))

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import statistics
 import tempfile
 import time
@@ -99,6 +100,8 @@ class RolloutCase:
     gradient_fraction: float = 0.75
     seed: int = 0
     test_log_lines: int = 0  # failing tests each tool answer lists (`workload.failure_lines`)
+    engine_backend: str = "ours"  # `engine.backend`: ours, or vllm (its engine core in a process of its own)
+    head_dim: int | None = None  # the tiny model's (None: hidden / heads = 16); vLLM's CPU attention needs >= 32
 
 
 @dataclass(slots=True, frozen=True)
@@ -112,6 +115,8 @@ class ModeSetup:
     orchestration: bool = False  # moves between engines (`rollout.orchestration`; priority slots only)
 
 
+VLLM_BIND = "VLLM_CPU_OMP_THREADS_BIND"
+VLLM_PAGE_SIZE = 32  # vLLM 0.32's CPU attention takes KV blocks of multiples of 32 tokens
 VENUS_POLICY = CoordinatorConfig.model_fields["policy"].default  # what `scheduler.policy: venus` ranks with
 SETUPS = {
     "trajectory_level": ModeSetup("trajectory_level", "action_level", "lru", demotion=False),
@@ -159,6 +164,58 @@ class Round:
     samples: list[StepSample]
 
 
+@contextlib.contextmanager
+def _vllm_worker_on_core(core: int):
+    """vLLM's CPU worker binds its OpenMP threads to every core but one by default, the same
+    ones for every engine of a host; here the engine started within gets one core of its own,
+    as each of our engines runs one torch thread (its processes read the variable when spawned)."""
+    before = os.environ.get(VLLM_BIND)
+    os.environ[VLLM_BIND] = str(core)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[VLLM_BIND]
+        else:
+            os.environ[VLLM_BIND] = before
+
+
+async def _open_engines(model_dir: Path, case: RolloutCase, setup: ModeSetup, placement: str) -> list[EngineClient]:
+    """The round's engines: ours in this process or each in its own, or vLLM's (`VLLMEngine`,
+    started in this event loop, as it must be). vLLM keeps its own prefix cache, LRU over freed
+    blocks, whatever the mode: the setup's cache policy and demotion do not reach it."""
+    engine_config = EngineConfig(kv_capacity_tokens=case.kv_tokens_per_engine, page_size=1,
+                                 cache_policy=setup.cache_policy, demotion=setup.demotion)
+    if case.engine_backend == "vllm":
+        from venusrl.engine.vllm_backend import VLLMEngine
+
+        vllm_config = engine_config.model_copy(update={"backend": "vllm", "page_size": VLLM_PAGE_SIZE})
+        engines = []
+        for i in range(case.engines):
+            with _vllm_worker_on_core(i % (os.cpu_count() or 1)):
+                engines.append(VLLMEngine.start(model_dir, vllm_config))
+        return engines
+    if placement == "in_process":
+        return [AsyncEngine(Engine.from_pretrained(model_dir, engine_config)) for _ in range(case.engines)]
+    spec = EngineSpec(model_dir=str(model_dir), engine=engine_config, torch_threads=torch.get_num_threads())
+    return list(await asyncio.to_thread(spawn_engines, [spec] * case.engines))
+
+
+def _tokens(case: RolloutCase, logs: list[tuple[StepSample, ...]], stats: list, trained: list,
+            coordinator: DataCoordinator, worker: RolloutWorker) -> dict[str, int]:
+    """The round's token counts. On vLLM, sampled counts its decode steps' tokens only (each
+    request's first token is sampled by its prefill step, which vLLM does not tell apart), and
+    recomputed and aborted-unseen tokens are left out: vLLM counts neither."""
+    sampled = sum(s.decode_seqs for log in logs for s in log)
+    tokens = {"sampled": sampled, "trained": sum(t.generated_tokens for g in trained for t in g.trajectories),
+              "prefill_computed": sum(s.prefill_tokens for log in logs for s in log),
+              "discarded": coordinator.counts.discarded_tokens}
+    if case.engine_backend == "vllm":
+        return tokens
+    return {**tokens, "recomputed": sum(s.recomputed_tokens for s in stats),
+            "aborted_unseen": max(0, sampled - worker.tokens.kept - worker.tokens.cancelled)}
+
+
 class RecordingClient:
     """An `EngineClient` that keeps what each finished request produced from its prompt: the
     greedy-output comparison of two placements (`greedy_check`)."""
@@ -185,14 +242,7 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
     every finished engine request's prompt and output go there. The engines' step logs come
     over `EngineClient.steps_since` wherever they run (one host: their clocks compare)."""
     setup = SETUPS[mode]
-    engine_config = EngineConfig(kv_capacity_tokens=case.kv_tokens_per_engine, page_size=1,
-                                 cache_policy=setup.cache_policy, demotion=setup.demotion)
-    if placement == "in_process":
-        async_engines: list[EngineClient] = [AsyncEngine(Engine.from_pretrained(model_dir, engine_config))
-                                             for _ in range(case.engines)]
-    else:
-        spec = EngineSpec(model_dir=str(model_dir), engine=engine_config, torch_threads=torch.get_num_threads())
-        async_engines = list(await asyncio.to_thread(spawn_engines, [spec] * case.engines))
+    async_engines = await _open_engines(model_dir, case, setup, placement)
     weights = load_model(model_dir).state_dict()
     if replies is not None:
         async_engines = [RecordingClient(e, replies) for e in async_engines]
@@ -244,17 +294,11 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         raise AssertionError(f"{mode}: version span {span} or {in_flight} groups in flight broke the bounds")
     end = started + step_done[-1]
     samples = [s for log in logs for s in log if s.ended_s <= end]
-    sampled = sum(s.decode_seqs for log in logs for s in log)
-    tokens = {
-        "sampled": sampled,
-        "trained": sum(t.generated_tokens for g in trained for t in g.trajectories),
-        "prefill_computed": sum(s.prefill_tokens for log in logs for s in log),
-        "recomputed": sum(s.recomputed_tokens for s in stats),
-        "discarded": coordinator.counts.discarded_tokens,
-        "aborted_unseen": max(0, sampled - worker.tokens.kept - worker.tokens.cancelled),
-    }
-    waits = {kind: sum(getattr(b, kind) - getattr(a, kind) for a, b in zip(at_start, stats, strict=True))
-             for kind in ("idle_no_request_s", "idle_stalled_s", "calls_s")}
+    tokens = _tokens(case, logs, stats, trained, coordinator, worker)
+    # the engines' own account of their waits (vLLM keeps none)
+    waits = None if case.engine_backend == "vllm" else {
+        kind: sum(getattr(b, kind) - getattr(a, kind) for a, b in zip(at_start, stats, strict=True))
+        for kind in ("idle_no_request_s", "idle_stalled_s", "calls_s")}
     steps_after_first = [b - a for a, b in zip(step_done, step_done[1:], strict=False)]
     figures = {
         "time_to_last_step_s": step_done[-1],
@@ -274,12 +318,14 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         "migrations": worker.migrations,
         "move_s": _move_seconds(worker.move_seconds),
         "hit_rate": sum(s.cached_tokens for s in stats) / max(1, sum(s.prompt_tokens for s in stats)),
-        # summed over engines; the weight updates' drops are counted in their tier too
-        "evicted_tokens": {tier: sum(s.evicted_tokens[tier] for s in stats) for tier in stats[0].evicted_tokens},
-        "dropped_at_weight_update_tokens": sum(s.dropped_at_weight_update_tokens for s in stats),
+        # summed over engines; the weight updates' drops are counted in their tier too (vLLM
+        # counts neither: None)
+        **({"evicted_tokens": None, "dropped_at_weight_update_tokens": None} if case.engine_backend == "vllm" else {
+            "evicted_tokens": {tier: sum(s.evicted_tokens[tier] for s in stats) for tier in stats[0].evicted_tokens},
+            "dropped_at_weight_update_tokens": sum(s.dropped_at_weight_update_tokens for s in stats)}),
         "engine_s": case.engines * step_done[-1],
         "engine_waits_s": waits,  # summed over engines, to when their stats were read
-        "placement": placement,
+        "placement": _placement(case, placement),
     }
     if trace:  # every group the round admitted, each once
         groups = {g.id: g for g in [*trained, *coordinator.untrained_groups(), *coordinator.running_groups()]}
@@ -332,11 +378,16 @@ def _summary(rounds: list[Round], cost) -> dict[str, Any]:
            for k in ("time_to_last_step_s", "steady_step_s", "time_to_first_batch_s")},
         "tokens": {k: statistics.median(f["tokens"][k] for f in figures) for k in totals},
         "discarded_trajectories": sum(f["discarded_trajectories"] for f in figures),
-        "breakdown": breakdown([s for r in rounds for s in r.samples], cost,
-                               sum(f["engine_s"] for f in figures), totals,
-                               {k: sum(f["engine_waits_s"][k] for f in figures) for k in figures[0]["engine_waits_s"]}),
+        "breakdown": breakdown([s for r in rounds for s in r.samples], cost, sum(f["engine_s"] for f in figures),
+                               totals, _summed_waits(figures)),
         "rounds": figures,
     }
+
+
+def _summed_waits(figures: list[dict[str, Any]]) -> dict[str, float] | None:
+    if figures[0]["engine_waits_s"] is None:
+        return None
+    return {k: sum(f["engine_waits_s"][k] for f in figures) for k in figures[0]["engine_waits_s"]}
 
 
 def _ratios(result: dict[str, Any], baseline: str, key: str, variant: str = "venus") -> list[float]:
@@ -355,14 +406,12 @@ def _speedups(cell: dict[str, Any]) -> dict[str, Any]:
     (`waste_bound_with_requests_vs_action_level`). Its slots are released at every tool call,
     so such an engine had no runnable turn placed on it: that idle is won back only by more
     work in flight (a larger window), by moving turns from a busier engine, or by a window
-    whose groups finish sooner and retire, not by ordering the engine's own queue."""
+    whose groups finish sooner and retire, not by ordering the engine's own queue. No bound
+    where the engines do not count all of the waste (vLLM: recompute, aborted decode)."""
     out: dict[str, Any] = {}
     for baseline in BASELINES:
-        waste = sum(cell[baseline]["breakdown"]["fractions"][k] for k in WASTE)
-        out[f"waste_bound_vs_{baseline}"] = 1 / max(1e-9, 1 - waste)
-        if baseline == "action_level":  # trajectory_level's no-request idle is its slots held through tools
-            no_request = cell[baseline]["breakdown"]["idle_split"]["fractions"]["no_request"]
-            out[f"waste_bound_with_requests_vs_{baseline}"] = 1 / max(1e-9, 1 - waste + no_request)
+        if all(k in cell[baseline]["breakdown"]["fractions"] for k in WASTE):
+            out.update(_waste_bounds(cell, baseline))
         for variant, prefix in VARIANTS.items():
             for name, key in (("end_to_end", "time_to_last_step_s"), ("first_batch", "time_to_first_batch_s"),
                               ("steady_step", "steady_step_s")):
@@ -372,6 +421,15 @@ def _speedups(cell: dict[str, Any]) -> dict[str, Any]:
                 out[f"{figure}_per_repeat"] = ratios
                 out[f"{figure}_min"] = min(ratios)
                 out[f"{figure}_max"] = max(ratios)
+    return out
+
+
+def _waste_bounds(cell: dict[str, Any], baseline: str) -> dict[str, float]:
+    waste = sum(cell[baseline]["breakdown"]["fractions"][k] for k in WASTE)
+    out = {f"waste_bound_vs_{baseline}": 1 / max(1e-9, 1 - waste)}
+    if baseline == "action_level":  # trajectory_level's no-request idle is its slots held through tools
+        no_request = cell[baseline]["breakdown"]["idle_split"]["fractions"]["no_request"]
+        out[f"waste_bound_with_requests_vs_{baseline}"] = 1 / max(1e-9, 1 - waste + no_request)
     return out
 
 
@@ -391,6 +449,7 @@ def run(quick: bool, trace: bool = False, case: RolloutCase | None = None, place
     accelerators run; in_process: threads of this one, sharing its GIL); with `trace`, each
     round carries its turns as simulator trace rows (the validation replays them)."""
     case = case or (QUICK if quick else FULL)
+    _check_backend(case)
     torch.set_num_threads(1)  # one core per engine thread
     result: dict[str, Any] = {
         "case": asdict(case),
@@ -402,12 +461,13 @@ def run(quick: bool, trace: bool = False, case: RolloutCase | None = None, place
                      "tool_answer": f"test counts and up to {case.test_log_lines} failing-test lines"},
         "setups": {mode: asdict(setup) for mode, setup in SETUPS.items()},
         "machine": "shared: timings carry the load of other processes; see the per-repeat spread",
-        "engine_placement": placement,
+        "engine_placement": _placement(case, placement),
+        "engine_backend": _backend_note(case),
     }
     cells: dict[float, dict[str, list[Round]]] = {f: {m: [] for m in MODES} for f in case.trainer_factors}
     recorders: list[RecordingPredictor] = []
     with tempfile.TemporaryDirectory() as tmp, Progress() as progress:
-        model_dir = make_tiny_model(Path(tmp) / "model", seed=1)
+        model_dir = make_tiny_model(Path(tmp) / "model", seed=1, head_dim=case.head_dim)
         rounds = sum(case.repeats if f == case.headline_factor else min(case.repeats, case.other_factor_repeats)
                      for f in case.trainer_factors)
         task = progress.add_task("rollout bench", total=1 + len(MODES) * rounds)
@@ -455,6 +515,32 @@ def run(quick: bool, trace: bool = False, case: RolloutCase | None = None, place
     result["steady_step_s"] = {mode: headline[mode]["steady_step_s"] for mode in MODES}
     result["breakdown"] = {mode: headline[mode]["breakdown"] for mode in MODES}
     return result
+
+
+def _check_backend(case: RolloutCase) -> None:
+    if case.engine_backend not in ("ours", "vllm"):
+        raise ValueError(f"engine_backend {case.engine_backend!r}: choose ours or vllm")
+    if case.engine_backend == "vllm" and (case.head_dim or 16) < 32:
+        raise ValueError(f"head_dim {case.head_dim}: vLLM's CPU attention refuses head_dim below 32 (64 works)")
+
+
+def _placement(case: RolloutCase, placement: str) -> str:
+    return "vllm: each engine core in its own process" if case.engine_backend == "vllm" else placement
+
+
+def _backend_note(case: RolloutCase) -> dict[str, Any]:
+    """What each mode's setup becomes on the backend."""
+    if case.engine_backend == "ours":
+        return {"name": "ours"}
+    return {"name": "vllm", "page_size": VLLM_PAGE_SIZE,
+            "setups": "slot modes, the coordinator's policy, priorities (vLLM's priority scheduling with venus's "
+                      "preemption, engine/vllm_scheduler.py) and moves between engines apply as on ours; "
+                      "cache_policy and demotion do not: vLLM's prefix cache is LRU over freed blocks in every mode, "
+                      "and a moved turn recomputes its prefix on the target (no KV leaves a vLLM engine)",
+            "cpu_binding": f"engine i's worker on core i ({VLLM_BIND}), one core each, as ours run one thread each",
+            "step_log": "vLLM's iteration details (engine/vllm_stats.py): seconds are its elapsed_ms (forward and "
+                        "sampling); kv_tokens its KV blocks in use; no wait split, no recomputed or aborted-unseen "
+                        "tokens (vLLM counts neither), so no waste bound"}
 
 
 def run_case(quick: bool, placement: str = "process", **overrides: Any) -> dict[str, Any]:

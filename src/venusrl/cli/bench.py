@@ -112,6 +112,12 @@ def bench_rollout(
     test_log_lines: Annotated[int | None, typer.Option(
         min=0, help="failing tests each tool answer lists, one line each (contexts grow by their observations: "
         "KV binds, not slots)")] = None,
+    engine_backend: Annotated[str | None, typer.Option(
+        help="ours, or vllm: vLLM's AsyncLLM under venus's scheduler (run from the vLLM venv, `make vllm-venv`; "
+        "no engine-time breakdown: vLLM reports no step durations)")] = None,
+    head_dim: Annotated[int | None, typer.Option(
+        min=1, help="the tiny model's head_dim (default hidden/heads = 16; 64 with --engine-backend vllm, whose "
+        "CPU attention needs >= 32)")] = None,
 ) -> None:
     """Time to N training steps with the trainer in the loop: trajectory-level vs
     action-level vs venus scheduling, the engine-time breakdown and predictor accuracy."""
@@ -122,10 +128,16 @@ def bench_rollout(
     if greedy_check and engine_placement == "in_process":
         raise typer.BadParameter("--greedy-check compares a placement with in_process: choose process",
                                  param_hint="--engine-placement")
+    if engine_backend not in (None, "ours", "vllm"):
+        raise typer.BadParameter(f"{engine_backend!r}: choose ours or vllm", param_hint="--engine-backend")
+    if engine_backend == "vllm" and head_dim is None:
+        head_dim = 64
     overrides = {name: value for name, value in (("slots_per_engine", slots_per_engine),
                  ("kv_tokens_per_engine", kv_tokens_per_engine), ("repeats", repeats),
-                 ("test_log_lines", test_log_lines)) if value is not None}
+                 ("test_log_lines", test_log_lines), ("engine_backend", engine_backend),
+                 ("head_dim", head_dim)) if value is not None}
     if overrides and (sweep or greedy_check):
         raise typer.BadParameter("case overrides apply to the timed table, not to --sweep or --greedy-check",
-                                 param_hint="--slots-per-engine/--kv-tokens-per-engine/--repeats/--test-log-lines")
+                                 param_hint="--slots-per-engine/--kv-tokens-per-engine/--repeats/--test-log-lines/"
+                                 "--engine-backend/--head-dim")
     main(quick, json_out, sweep, engine_placement, greedy_check, overrides)

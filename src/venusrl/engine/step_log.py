@@ -81,9 +81,12 @@ class StepLog:
 
     def record(self, items: Iterable[ScheduledRequest], started_s: float, ended_s: float) -> None:
         prefill, contexts = batch_shape(items)
-        if not (prefill or contexts):
-            return
-        self.samples.append(StepSample(prefill, len(contexts), sum(contexts), ended_s - started_s, ended_s))
+        if prefill or contexts:
+            self.add(StepSample(prefill, len(contexts), sum(contexts), ended_s - started_s, ended_s))
+
+    def add(self, sample: StepSample) -> None:
+        """A step shaped by its engine (vLLM's, `engine/vllm_stats.py`)."""
+        self.samples.append(sample)
         if len(self.samples) > self.limit:  # drop the older half at once: amortised O(1) a step
             dropped = len(self.samples) - self.limit // 2
             del self.samples[:dropped]

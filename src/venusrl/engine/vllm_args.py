@@ -43,16 +43,20 @@ def engine_args(model_dir: str | Path, config: EngineConfig, *, dtype: str = "fl
         block_size = -(-block_size // _CPU_BLOCK_MULTIPLE) * _CPU_BLOCK_MULTIPLE
         log.info("engine.page_size %d rounded up to %d: vLLM's CPU attention takes multiples of %d",
                  config.page_size, block_size, _CPU_BLOCK_MULTIPLE)
+    # vLLM's block pool keeps one block as its null block (never holds KV): one more is allocated
+    # so the usable capacity is ours, rounded up to whole blocks
+    kv_blocks = -(-config.kv_capacity_tokens // block_size) + 1
     return AsyncEngineArgs(
         # eager on CPU (torch.compile would take minutes on two cores), CUDA graphs on GPUs
         model=str(model_dir), dtype=dtype, seed=seed, enforce_eager=current_platform.is_cpu(),
         max_model_len=max_model_len or min(hf.max_position_embeddings, config.kv_capacity_tokens),
-        kv_cache_memory_bytes=config.kv_capacity_tokens * kv_bytes_per_token, block_size=block_size,
+        kv_cache_memory_bytes=kv_blocks * block_size * kv_bytes_per_token, block_size=block_size,
         max_num_seqs=config.max_running_requests,
         max_num_batched_tokens=max(config.max_prefill_tokens, config.max_running_requests),
         enable_prefix_caching=True, scheduling_policy="priority", scheduler_cls=_SCHEDULER,
         worker_extension_cls=_WORKER_EXTENSION, logprobs_mode="processed_logprobs",
-        disable_log_stats=True,
+        disable_log_stats=True,  # vLLM's own loggers off; ours (vllm_stats.py) get every step's stats,
+        enable_logging_iteration_details=True,  # with its timed iteration (our step log)
     )
 
 

@@ -15,10 +15,14 @@ What each venus mechanism becomes here (vLLM 0.32, its V1 engine):
 - log-probs: vLLM's `processed_logprobs` of the sampled token, i.e. under the rollout
   temperature (equal to ours, softmax(logits / T), when top-p/top-k cut nothing; with a cut
   vLLM renormalises over the kept tokens, ours does not).
+- step log: vLLM's own per-iteration details (its elapsed_ms and token counts; vllm_stats.py);
+  the wait split (no request / stalled) of our engine's step log is not kept (vLLM does not
+  account for its idle).
 - residency tiers, demotion, KV export/import: vLLM has no trajectory-aware eviction (its
   prefix cache is LRU over freed blocks), so there is no demotion (`demoted` is always empty).
   vLLM moves KV between engines only through KV connectors configured at start
-  (`kv_transfer_config`), not by a call; none is wired here, so `export_prefix` moves nothing
+  (`kv_transfer_config`), not by a call; none is wired here (the one that runs on the CPU
+  build matches whole prompts only, see export_prefix), so `export_prefix` moves nothing
   (`PrefixKV(0, ...)`) and a migrated request recomputes its prefix on the target engine.
 """
 
@@ -54,12 +58,13 @@ from venusrl.engine.kv_pool import HostKV
 from venusrl.engine.stats import EngineStats
 from venusrl.engine.step_log import StepLogSlice
 from venusrl.engine.vllm_args import engine_args, vllm_params
-from venusrl.engine.vllm_stats import StatsCollector
+from venusrl.engine.vllm_stats import StatsCollector, usable_kv_tokens
 from venusrl.types import Priority, SamplingParams
 
 log = logging.getLogger(__name__)
 
-_SHM = "/dev/shm"  # weights cross to vLLM's workers as a file there (memory, not disk)
+_SHM = "/dev/shm"
+
 
 
 @dataclass(slots=True, eq=False)
@@ -102,8 +107,7 @@ class VLLMEngine:
         self._update_lock = asyncio.Lock()
         self._serving = asyncio.Event()  # cleared while weights are being replaced
         self._serving.set()
-        cache = llm.vllm_config.cache_config
-        self.kv_capacity_tokens = (cache.num_gpu_blocks or 0) * cache.block_size
+        self.kv_capacity_tokens = usable_kv_tokens(llm.vllm_config.cache_config)
 
     @classmethod
     def start(cls, model_dir: str | Path, config: EngineConfig, weight_version: int = 0, **kwargs) -> VLLMEngine:
@@ -112,8 +116,7 @@ class VLLMEngine:
         stats = StatsCollector()
         llm = AsyncLLM.from_vllm_config(vllm_config, stat_loggers=[stats.factory], disable_log_stats=True)
         log.info("vLLM engine started: %s, %d KV tokens, batch %d", model_dir,
-                 (vllm_config.cache_config.num_gpu_blocks or 0) * vllm_config.cache_config.block_size,
-                 config.max_running_requests)
+                 usable_kv_tokens(vllm_config.cache_config), config.max_running_requests)
         return cls(llm, stats, config, weight_version)
 
     # ---- generation -------------------------------------------------------------------------
@@ -242,17 +245,18 @@ class VLLMEngine:
                                         self._version)
 
     async def steps_since(self, index: int) -> StepLogSlice:
-        """Not kept: vLLM's engine core runs its steps where no call of ours can time them (its
-        stat loggers get each step's token counts, not its duration)."""
-        raise NotImplementedError("the vLLM backend keeps no step log (vLLM reports no step durations)")
+        """The steps vLLM timed and shaped (its iteration details; vllm_stats.py says how they
+        map onto our `StepSample`)."""
+        return self._stats.steps.since(index)
 
     async def export_prefix(self, token_ids: list[int]) -> PrefixKV:
         """No KV leaves a vLLM engine here: vLLM exposes its KV only through KV connectors
         (LMCache, NIXL, Mooncake, offloading), which act inside its scheduler per request, not
-        on a call like this one. None is tried on the CPU build yet; the candidates are its
-        reference ExampleConnector (KV through a shared directory, plain torch) and NIXL (the
-        CPU platform selects a KV layout for it; it needs the nixl package). The target engine
-        recomputes the prefix (its prefix cache serves what it already has)."""
+        on a call like this one. Its reference ExampleConnector does move KV between CPU
+        engines, but keys it by the whole prompt, so an agent's next turn (a longer prompt)
+        never finds it (results/vllm/kv-connector); LMCache and NIXL, which would, need packages
+        of their own. The target engine recomputes the prefix (its prefix cache serves what it
+        already has)."""
         return PrefixKV(0, self._empty_kv())
 
     async def import_prefix(self, token_ids: list[int], kv: HostKV, trajectory_id: str | None = None) -> int:

@@ -1,16 +1,35 @@
-"""vLLM's per-step scheduler and iteration stats, folded into our `EngineStats`. vLLM hands
-them to stat loggers in the frontend process (`AsyncLLM(stat_loggers=...)`); this one keeps
-running totals and the latest snapshot."""
+"""vLLM's per-step scheduler and iteration stats, folded into our `EngineStats` and our step
+log. vLLM hands them to stat loggers in the frontend process (`AsyncLLM(stat_loggers=...)`);
+this one keeps running totals, the latest snapshot and every step vLLM timed.
+
+A step (vLLM's `SchedulerIterationDetails`, sent with `enable_logging_iteration_details`) as a
+`StepSample`: `seconds` is vLLM's `elapsed_ms`, timed in its engine core from after the batch
+was dispatched to the worker process (the CPU build always runs its worker in a process of its
+own, platforms/cpu.py) until the sampled tokens came back: the forward and sampling, not the
+scheduling. `prefill_tokens`: tokens of requests with no output yet (new requests and
+continuations, vLLM's "context" requests); `decode_seqs`: the other requests, one token each
+(vLLM counts a preempted request recomputing its context there too); `kv_tokens`: the KV
+blocks in use after the step (vLLM's `kv_cache_usage` x capacity, whole blocks, prefills
+included), as vLLM reports no context lengths per step. `ended_s`: when this process got the
+step's stats (the step ended just before, in another process; one host-wide monotonic clock).
+"""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
-from vllm.config import VllmConfig
+from vllm.config import CacheConfig, VllmConfig
 from vllm.v1.metrics.loggers import StatLoggerBase
 from vllm.v1.metrics.stats import IterationStats, SchedulerStats
 
 from venusrl.engine.stats import EngineStats
+from venusrl.engine.step_log import StepLog, StepSample
+
+
+def usable_kv_tokens(cache: CacheConfig) -> int:
+    """KV tokens vLLM's block pool can hold: its blocks but the null block it keeps aside."""
+    return max(0, (cache.num_gpu_blocks or 0) - 1) * cache.block_size
 
 
 @dataclass(slots=True)
@@ -26,9 +45,10 @@ class _Totals:
 class StatsCollector:
     def __init__(self) -> None:
         self.totals = _Totals()
+        self.steps = StepLog()
 
     def factory(self, vllm_config: VllmConfig, engine_index: int = 0) -> StatLoggerBase:
-        return _Logger(self.totals)
+        return _Logger(self.totals, self.steps, vllm_config.cache_config)
 
     def engine_stats(self, kv_capacity_tokens: int, high_pressure: float, live_trajectories: int,
                      weight_version: int) -> EngineStats:
@@ -46,8 +66,8 @@ class StatsCollector:
 
 
 class _Logger(StatLoggerBase):
-    def __init__(self, totals: _Totals) -> None:
-        self.totals = totals
+    def __init__(self, totals: _Totals, steps: StepLog, cache: CacheConfig) -> None:
+        self.totals, self.steps, self.cache = totals, steps, cache  # its block count is set once KV is allocated
 
     def record(self, scheduler_stats: SchedulerStats | None, iteration_stats: IterationStats | None,
                mm_cache_stats=None, engine_idx: int = 0) -> None:
@@ -58,6 +78,11 @@ class _Logger(StatLoggerBase):
             t.kv_usage = scheduler_stats.kv_cache_usage
             t.prompt_tokens += scheduler_stats.prefix_cache_stats.queries
             t.cached_tokens += scheduler_stats.prefix_cache_stats.hits
+            step = scheduler_stats.iteration_details
+            if step is not None and not step.is_dummy:
+                self.steps.add(StepSample(step.num_ctx_tokens, step.num_generation_requests,
+                                          round(scheduler_stats.kv_cache_usage * usable_kv_tokens(self.cache)),
+                                          step.elapsed_ms / 1000, time.monotonic()))
         if iteration_stats is not None:
             t.preemptions += iteration_stats.num_preempted_reqs
 
