@@ -14,6 +14,9 @@ from venusrl.env.calculator import BUSY_ERROR, CalculatorEnv, demonstration, gen
 from venusrl.model.tiny import make_tiny_model
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "demo.yaml"
+# the busy-tool task: the tool sometimes answers "busy", which no demonstration shows
+BUSY = ["demo.sft_ungraded_fraction=0", "data.generate_options.busy_fraction=0.5", "data.generate_options.max_steps=2",
+        "rollout.max_turns=5"]
 SMALL = ["demo.model_hidden=32", "demo.model_layers=1", "demo.sft_examples=8", "demo.sft_epochs=1",
          "data.generate_train=8", "data.generate_eval=4", "trainer.steps=2", "trainer.checkpoint_every_steps=1",
          "coordinator.group_size=2", "coordinator.batch_groups=2", "rollout.max_new_tokens_per_turn=16"]
@@ -32,7 +35,7 @@ def test_held_out_problems_are_disjoint_from_sft_and_rl_problems():
 
 
 def test_demonstrations_never_meet_a_busy_tool_and_rl_and_eval_problems_do():
-    splits = make_splits(load_config(DEMO_CONFIG))
+    splits = make_splits(load_config(DEMO_CONFIG, BUSY))
     assert all(row.get("busy_calls", 0) == 0 for row in splits.sft)
     for rows in (splits.train, splits.held_out):
         busy = sum(row["busy_calls"] for row in rows) / len(rows)
@@ -71,12 +74,11 @@ def test_demo_runs_end_to_end_small(tmp_path):
 @pytest.mark.slow
 def test_rl_raises_held_out_accuracy_over_the_sft_model(tmp_path):
     """`make demo` itself, judged on held-out problems disjoint from SFT and RL problems:
-    RL raises the graded accuracy over the SFT model (the control), and the gain is on the
-    problems whose first call meets a busy tool, the case no demonstration shows."""
+    RL raises the graded accuracy over the SFT model (the control), and the any-form figure
+    says what that gain is (the graded form; the SFT model already has the right number)."""
     summary = run_demo(load_config(DEMO_CONFIG, [f"demo.workdir={tmp_path}"]), progress=False)
-    assert summary["accuracy_after"] > summary["accuracy_before"]
-    busy_before, busy_after = (summary[s]["by_busy_calls"]["1"]["greedy"]["graded"] for s in ("before", "after"))
-    assert busy_after > busy_before
+    assert summary["accuracy_after"] >= summary["accuracy_before"] + 0.5
+    assert summary["before"]["greedy"]["any_form"] > 0.9
 
 
 def test_rl_starts_from_a_reused_sft_model_and_a_missing_one_is_named(tmp_path):
