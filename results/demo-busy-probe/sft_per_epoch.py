@@ -1,4 +1,4 @@
-"""SFT with a checkpoint per epoch: python sft_exp.py OUT N_EXAMPLES BATCH LR EPOCHS MAX_STEPS [hidden layers]"""
+"""SFT with a checkpoint per epoch: python sft_per_epoch.py OUT N_EXAMPLES BATCH LR EPOCHS MAX_STEPS [hidden layers]"""
 import sys, time, random, torch, json
 from pathlib import Path
 torch.set_num_threads(1)
