@@ -11,15 +11,15 @@ from venusrl.config import load_config
 from venusrl.demo import UNGRADED_ANSWER, demonstrations, make_splits, run_demo
 from venusrl.env.base import Episode
 from venusrl.env.calculator import BUSY_ERROR, CalculatorEnv, demonstration, generate_dataset
+from venusrl.model.tiny import make_tiny_model
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "demo.yaml"
+# the busy-tool task: the tool sometimes answers "busy", which no demonstration shows
+BUSY = ["demo.sft_ungraded_fraction=0", "data.generate_options.busy_fraction=0.5", "data.generate_options.max_steps=2",
+        "rollout.max_turns=5"]
 SMALL = ["demo.model_hidden=32", "demo.model_layers=1", "demo.sft_examples=8", "demo.sft_epochs=1",
          "data.generate_train=8", "data.generate_eval=4", "trainer.steps=2", "trainer.checkpoint_every_steps=1",
          "coordinator.group_size=2", "coordinator.batch_groups=2", "rollout.max_new_tokens_per_turn=16"]
-
-
-# the busy-tool task: the tool sometimes answers "busy", which no demonstration shows
-BUSY = ["demo.sft_ungraded_fraction=0", "data.generate_options.busy_fraction=0.5"]
 
 
 def _questions(rows):
@@ -41,6 +41,8 @@ def test_demonstrations_never_meet_a_busy_tool_and_rl_and_eval_problems_do():
         busy = sum(row["busy_calls"] for row in rows) / len(rows)
         assert 0.3 < busy < 0.7
     assert not any(BUSY_ERROR in str(m["content"]) for c in demonstrations(splits.sft[:50], 0.0, 1) for m in c)
+    # two-operation demonstrations call the tool after a tool message, the move a retry needs
+    assert {row["steps"] for row in splits.sft} == {1, 2}
 
 
 def test_too_small_a_problem_space_for_disjoint_held_out_problems_is_named():
@@ -77,6 +79,17 @@ def test_rl_raises_held_out_accuracy_over_the_sft_model(tmp_path):
     summary = run_demo(load_config(DEMO_CONFIG, [f"demo.workdir={tmp_path}"]), progress=False)
     assert summary["accuracy_after"] >= summary["accuracy_before"] + 0.5
     assert summary["before"]["greedy"]["any_form"] > 0.9
+
+
+def test_rl_starts_from_a_reused_sft_model_and_a_missing_one_is_named(tmp_path):
+    model = make_tiny_model(tmp_path / "model", hidden=32, layers=1)
+    config = load_config(DEMO_CONFIG, [f"demo.workdir={tmp_path / 'run'}", *SMALL, f"demo.sft_model={model}"])
+    summary = run_demo(config, progress=False)
+    assert summary["sft_reused"] == str(model) and summary["sft_seconds"] == 0.0
+    assert summary["steps"] == 2 and (tmp_path / "run" / "data" / "held_out.jsonl").is_file()
+    missing = load_config(DEMO_CONFIG, [f"demo.workdir={tmp_path / 'run2'}", *SMALL, f"demo.sft_model={tmp_path}"])
+    with pytest.raises(ValueError, match="demo.sft_model"):
+        run_demo(missing, progress=False)
 
 
 def test_the_final_step_must_be_checkpointed(tmp_path):

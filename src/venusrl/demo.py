@@ -81,9 +81,12 @@ def run_demo(config: Config, progress: bool = True) -> dict:
 
 
 def warm_start(config: Config, progress: bool = True) -> WarmStart:
-    """Tiny model, parity check, the three problem sets (written to WORKDIR/data), SFT."""
+    """Tiny model, parity check, the three problem sets (written to WORKDIR/data), SFT; or,
+    with `demo.sft_model`, that SFT model and the problem sets."""
     console = Console(stderr=True)
     demo, workdir = config.demo, Path(config.demo.workdir)
+    if demo.sft_model is not None:
+        return reuse_warm_start(config, console)
     base_dir, sft_dir = workdir / "model", workdir / "sft"
     make_tiny_model(base_dir, hidden=demo.model_hidden, layers=demo.model_layers, heads=demo.model_heads,
                     kv_heads=demo.model_kv_heads, rope_theta=demo.rope_theta, seed=config.run.seed)
@@ -99,6 +102,19 @@ def warm_start(config: Config, progress: bool = True) -> WarmStart:
     console.print(f"[bold]sft[/] {len(examples)} demonstrations (the tool never busy) x {demo.sft_epochs} epochs "
                   f"in {sft['seconds']:.0f}s, loss per epoch {', '.join(f'{x:.3f}' for x in sft['loss_per_epoch'])}")
     return WarmStart(sft_dir, splits, sft, max_diff)
+
+
+def reuse_warm_start(config: Config, console: Console) -> WarmStart:
+    """An earlier warm start of this config: its SFT model directory as it is, the problem
+    sets drawn again (they depend on the config alone), the parity check on the SFT model."""
+    sft_dir = Path(config.demo.sft_model)
+    if not (sft_dir / "config.json").is_file():
+        raise ValueError(f"demo.sft_model: {sft_dir} is not a model directory (no config.json)")
+    max_diff = parity_with_transformers(sft_dir)
+    splits = make_splits(config)
+    write_splits(splits, Path(config.demo.workdir) / "data")
+    console.print(f"[bold]sft[/] reused {sft_dir}; max |logit difference| vs transformers {max_diff:.1e}")
+    return WarmStart(sft_dir, splits, {"seconds": 0.0, "reused": str(sft_dir)}, max_diff)
 
 
 def reinforce(config: Config, warm: WarmStart, before: dict, progress: bool = True) -> dict:
@@ -122,6 +138,7 @@ def reinforce(config: Config, warm: WarmStart, before: dict, progress: bool = Tr
             "headline": "/".join(HEADLINE), "gain_over_control": round(headline_after - headline_before, 4),
             "control": "the SFT model, 0 RL steps, evaluated on the same held-out problems and seed",
             "before": before, "after": after, "sft_seconds": round(warm.sft["seconds"], 2),
+            "sft_reused": warm.sft.get("reused"),
             "parity_max_abs_diff": warm.parity_max_abs_diff, "run_dir": str(run_dir), "seed": config.run.seed,
             "splits": {"sft": len(warm.splits.sft), "train": len(warm.splits.train),
                        "held_out": len(warm.splits.held_out)}}

@@ -23,5 +23,8 @@ class DemoConfig(Section):
     sft_ungraded_fraction: float = Field(
         0.0, ge=0.0, le=1.0,
         description="demonstrations that end 'The result is N.', a form the grader does not accept")
+    sft_model: str | None = Field(
+        None, description="an SFT model directory (WORKDIR/sft of an earlier run of this config) to start RL from "
+                          "instead of building and warm-starting one; the run then measures RL seeds on one warm start")
     eval_samples: int = Field(1, ge=1, description="sampled (rollout temperature) held-out rollouts per problem, "
                                                    "besides the greedy one")
