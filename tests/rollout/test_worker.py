@@ -235,18 +235,32 @@ def test_a_waiting_high_turn_moves_to_another_engine_with_its_prefix(tiny_model_
     assert cached == len(prompt), "the target engine holds the moved prefix"
 
 
-def stolen_waiter(coordinator, async_engines, tokenizer):
+def with_a_stolen_waiter(tiny_model_dir, then):
     """A one-slot worker on two engines: trajectory 2 holds engine 0's slot, and trajectory
-    1's turn, queued behind it, is stolen at once by idle engine 1 (the core's `Move`)."""
+    1's turn, queued behind it, is stolen at once by idle engine 1 (the core's `Move`); then
+    `await then(worker, move)`. Returns the worker and the two engines."""
     from venusrl.types import Priority
 
-    worker = RolloutWorker(coordinator, async_engines, tokenizer, CalculatorEnv, RolloutConfig(), slots=1)
-    worker.core.declared_priority = lambda trajectory_id, policy=None: Priority.HIGH
-    worker.core.place(2, engine=0), worker.core.place(1, engine=0)
-    worker.core.request_slot(2)
-    worker._context[1] = list(range(30, 80))
-    [move] = worker.core.request_slot(1)
-    return worker, move
+    engines = [Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=4096, page_size=1)) for _ in range(2)]
+    coordinator = DataCoordinator(CoordinatorConfig(group_size=1, batch_groups=2), prompts(2))
+
+    async def main():
+        async_engines = [AsyncEngine(e) for e in engines]
+        try:
+            worker = RolloutWorker(coordinator, async_engines, engines[0].tokenizer, CalculatorEnv, RolloutConfig(),
+                                   slots=1)
+            worker.core.declared_priority = lambda trajectory_id, policy=None: Priority.HIGH
+            worker.core.place(2, engine=0), worker.core.place(1, engine=0)
+            worker.core.request_slot(2)
+            worker._context[1] = list(range(30, 80))
+            [move] = worker.core.request_slot(1)
+            await then(worker, move)
+            return worker
+        finally:
+            for e in async_engines:
+                await e.shutdown()
+
+    return asyncio.run(main()), engines
 
 
 def test_a_turn_stolen_before_it_asks_again_waits_for_its_move_and_asks_on_the_target(tiny_model_dir):
@@ -254,21 +268,12 @@ def test_a_turn_stolen_before_it_asks_again_waits_for_its_move_and_asks_on_the_t
     its driver is back in `_acquire` (seen in the rollout bench: the trajectory failed with
     "asks for a slot while it is moving"). The driver waits for the move, then holds a slot
     on the target."""
-    engines = [Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=4096, page_size=1)) for _ in range(2)]
-    coordinator = DataCoordinator(CoordinatorConfig(group_size=1, batch_groups=2), prompts(2))
 
-    async def main():
-        async_engines = [AsyncEngine(e) for e in engines]
-        try:
-            worker, move = stolen_waiter(coordinator, async_engines, engines[0].tokenizer)
-            assert 1 in worker.core.moving
-            await asyncio.gather(worker._acquire(1), worker._move(move))  # the driver asks first
-            return worker
-        finally:
-            for e in async_engines:
-                await e.shutdown()
+    async def ask_while_it_moves(worker, move):
+        assert 1 in worker.core.moving
+        await asyncio.gather(worker._acquire(1), worker._move(move))  # the driver asks first
 
-    worker = asyncio.run(main())
+    worker, _ = with_a_stolen_waiter(tiny_model_dir, ask_while_it_moves)
     assert 1 in worker.core.slots[1].holders and worker.core.engine_of[1] == 1 and not worker.core.moving
     worker.core.check_invariants()
 
@@ -277,22 +282,13 @@ def test_a_move_whose_trajectory_ended_before_its_copy_began_does_nothing(tiny_m
     """The core moves a waiter; its task may end (discarded, the round over) before the move's
     copy task runs. Seen in the rollout bench as a KeyError in `_move`: the copy now finds no
     context and leaves both engines as they were."""
-    engines = [Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=4096, page_size=1)) for _ in range(2)]
-    coordinator = DataCoordinator(CoordinatorConfig(group_size=1, batch_groups=2), prompts(2))
 
-    async def main():
-        async_engines = [AsyncEngine(e) for e in engines]
-        try:
-            worker, move = stolen_waiter(coordinator, async_engines, engines[0].tokenizer)
-            worker._context.pop(1)  # its task ended first (what `_run_trajectory`'s finally does)
-            worker.core.finish(1)
-            await worker._move(move)
-            return worker
-        finally:
-            for e in async_engines:
-                await e.shutdown()
+    async def end_before_the_copy(worker, move):
+        worker._context.pop(1)  # its task ended first (what `_run_trajectory`'s finally does)
+        worker.core.finish(1)
+        await worker._move(move)
 
-    worker = asyncio.run(main())
+    worker, engines = with_a_stolen_waiter(tiny_model_dir, end_before_the_copy)
     assert worker.migrations == 0 and not worker.core.moving and 1 not in worker.core.engine_of
     assert engines[1].scheduler.stats().live_trajectories == 0
     worker.core.check_invariants()
