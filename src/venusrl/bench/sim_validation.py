@@ -20,8 +20,8 @@ trainer time: time to the first B groups and time to the N-th step.
    (`measured_move_latency`): between engine processes its calls and copy cost tens of
    milliseconds, where the KV bytes alone would cost microseconds.
 4. Out of sample: the cost model, the predictor's measured accuracy and the move latency
-   from the calibration run are used, unchanged, on runs with other tasks, a tighter KV budget and more slots per
-   engine (`validation_cases`), each measured now; `out_of_sample_error` is the error in
+   from the calibration run are used, unchanged, on runs with other tasks, a tighter KV
+   budget and more slots per engine (`validation_cases`), each measured now; `out_of_sample_error` is the error in
    time to the N-th step on those runs, per mode.
 
 The bench's baselines have no host tier (the training default), unlike the scenarios' slime
@@ -161,8 +161,7 @@ def replay(measured: dict[str, Any], cost: CostModel, rho: float, workdir: Path,
            shape: ChatShape | None = None, move_latency_s: float = 0.0) -> dict[str, Any]:
     """Per mode: each measured round of `measured` simulated on its own turns (or, for a JSON
     without them, the synthetic trace of its tasks, from `shape`) with `cost`, `rho` and
-    `move_latency_s`, and
-    the medians over rounds compared: time to the first batch, time to the N-th step, and the
+    `move_latency_s`, and the medians over rounds compared: time to the first batch, time to the N-th step, and the
     breakdown's recomputed tokens, discarded trajectories and idle engine time."""
     case = case_of(measured)
     trainer_s = measured["trainer"]["step_s"][str(case.headline_factor)]

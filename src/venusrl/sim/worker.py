@@ -57,7 +57,7 @@ class SimTrajectory:
     request_id: str | None = None
     phase: Phase = Phase.WAITING_SLOT
     pending: Event | None = None  # the tool call or migration under way
-    held_from: float = 0.0  # when its turn was last granted a slot
+    held_from: float | None = None  # when its request was submitted; None once it ended or was preempted
     moved_at: float = 0.0  # when its last move was decided
 
     @property
@@ -197,12 +197,12 @@ class SimWorker:
         self._act(self.core.request_slot(t.id))
 
     def _submit(self, t: SimTrajectory) -> None:
-        t.held_from = self.loop.now
         remaining = t.gen_units[t.turn] - t.into_turn
         room = self._engine(t).scheduler.allocator.capacity_tokens - 1 - len(t.token_ids)
         if remaining <= 0 or room <= 0:  # preempted after its last unit, or the pool is full
             self._turn_end(t)
             return
+        t.held_from = self.loop.now
         t.phase = Phase.GENERATING
         t.requests += 1
         t.request_id = f"{t.key}.{t.requests}"
@@ -215,6 +215,7 @@ class SimWorker:
         if t.request_id is None:
             return
         partial = self._engine(t).abort(t.request_id)
+        t.held_from = None  # a preempted hold is part of a turn only: not timed, as in the real worker
         self._take_output(t, partial)
         t.phase = Phase.WAITING_SLOT
         self.counts.preemptions += 1
@@ -235,7 +236,9 @@ class SimWorker:
 
     def _turn_end(self, t: SimTrajectory) -> None:
         t.phase = Phase.IN_TOOL  # out of generation; the tool call or the end follows
-        self.core.turn_held(self.loop.now - t.held_from)
+        if t.held_from is not None:  # the real worker times the same holds: grant (or resume) to turn end
+            self.core.turn_held(self.loop.now - t.held_from)
+            t.held_from = None
         self._act(self.core.release_slot(t.id))
         units = t.into_turn
         turn_ids = t.token_ids[len(t.token_ids) - units :]
