@@ -115,6 +115,20 @@ def test_the_scheduler_section_says_the_slot_mode_and_the_coordinators_rule():
         assert validate_config(config.model_dump(mode="json")) == config
 
 
+def test_engine_work_conservation_is_derived_from_the_scheduler_unless_set():
+    """venus's worker hands a stalled LOW holder's slot to the urgent turns behind it, so its
+    engines keep HIGH KV (the paper's rule); every other caller gets an engine that never
+    idles for it. A value the user sets stays, and a dumped config loads again."""
+    assert load_config().engine.work_conservation is False
+    for overrides in (["scheduler.policy=action_level"], ["scheduler.policy=trajectory_level"],
+                      ["scheduler.priority=action_level"]):
+        assert load_config(overrides=overrides).engine.work_conservation is True
+    kept = load_config(overrides=["engine.work_conservation=true"])
+    assert kept.engine.work_conservation is True
+    for config in (load_config(), kept):
+        assert validate_config(config.model_dump(mode="json")) == config
+
+
 def test_coordinator_policy_names_its_replacement(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text("coordinator:\n  group_size: 4\n  policy: critical_path\n")

@@ -75,6 +75,12 @@ class Config(Section):
             self.scheduler = scheduler.model_copy(update={"priority": scheduler.ranking})
         if self.coordinator.policy != self.scheduler.ranking:
             self.coordinator = self.coordinator.model_copy(update={"policy": self.scheduler.ranking})
+        # venus's worker hands a stalled LOW holder's slot to the urgent turns behind it
+        # (`RolloutCore._serve_urgent`, demotions refreshed), so its engines keep HIGH KV
+        conserve = not (self.scheduler.policy == "venus" and self.scheduler.ranking != "action_level")
+        if "work_conservation" not in self.engine.model_fields_set and self.engine.work_conservation != conserve:
+            self.engine = self.engine.model_copy(update={"work_conservation": conserve})
+            self.engine.model_fields_set.discard("work_conservation")
         return self
 
 

@@ -137,6 +137,24 @@ def test_low_request_that_is_the_only_work_evicts_high_kv_instead_of_idling():
     assert s.stats().evicted_tokens["high_ref"] > 0
 
 
+def test_without_work_conservation_a_lone_low_request_waits_for_high_kv_to_be_released():
+    """The paper's rule alone (`work_conservation: false`, venus's engines): a LOW request
+    never evicts a HIGH trajectory's KV, even as the only work; it is admitted once that
+    trajectory is released (or demoted, or its priority drops)."""
+    s, runner = make_scheduler(kv_capacity_tokens=8, work_conservation=False), FakeRunner()
+    s.start_trajectory("t", Priority.HIGH)
+    s.add_request("h", [1, 2, 3, 4, 5], params(1), priority=Priority.HIGH, trajectory_id="t")
+    run_to_completion(s, runner)  # 5 tokens cached as high_ref, 3 free
+    s.add_request("l", [9, 9, 9, 9, 9], params(1), priority=Priority.LOW)
+    for _ in range(3):
+        batch, _ = step(s, runner)
+        assert batch.items == []
+    assert s.stats().kv_tokens["high_ref"] == 5 and s.stats().evicted_tokens["high_ref"] == 0
+    s.release_trajectory("t")
+    assert "l" in run_to_completion(s, runner)
+    assert s.stats().evicted_tokens["high_ref"] == 0
+
+
 def test_lone_low_request_behind_high_kv_grows_into_it_instead_of_being_cut_short():
     """A lone LOW request that can grow only by evicting a HIGH trajectory's KV has not
     outgrown the pool: it is neither ended with "length" nor left waiting; it evicts that KV

@@ -15,13 +15,13 @@ def watch_grow(s):
     """Check the growth contract on every allocation: a request gets pages only when the
     budget of the tier it is given (free pages plus what it may evict) covers them; a refusal
     changes nothing; memory for a LOW request is taken from the high_ref tier only when no
-    other request runs (work conservation, `Step.eviction_tier`)."""
+    other request runs and the engine conserves work (`Step.eviction_tier`), never otherwise."""
     grow, evict = s.kv.grow, s.cache.evict
     current = {}
 
     def tracked_grow(request, count, tier):
         if request.priority == Priority.LOW and tier > Tier.LOW_REF:
-            assert all(other is request for other in s.running)
+            assert s.config.work_conservation and all(other is request for other in s.running)
         budget, (_, need) = s.kv.available_pages(tier), s.kv.room_and_pages(request, count)
         before = (list(request.kv_slots), s.allocator.free_pages, list(s.cache.evicted_tokens))
         current["priority"] = request.priority if tier <= Tier.LOW_REF else None
@@ -165,6 +165,7 @@ configs = st.fixed_dictionaries(
         "cache_policy": st.sampled_from(["tiers", "lru"]),
         "demotion": st.booleans(),
         "host_kv_capacity_tokens": st.sampled_from([0, 16, 64]),
+        "work_conservation": st.booleans(),
     }
 )
 

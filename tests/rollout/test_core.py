@@ -139,12 +139,33 @@ def test_placement_is_least_loaded_and_a_stolen_waiter_leaves_its_source_at_once
     core.check_invariants()
 
 
-def test_a_policy_change_touches_only_the_changed_groups_and_preempts_nobody():
+def two_groups_on_one_slot():
+    """A coordinator with two one-trajectory groups placed on one engine of one slot."""
     c = coordinator(groups=2, group_size=1)
     a, b = started(c)
     group = {t.id: t.group_id for t in c.running_groups()[0].trajectories + c.running_groups()[1].trajectories}
     core = RolloutCore(c, engines=1, slots_per_engine=1)
     core.place(a), core.place(b)
+    return c, core, (a, b), group
+
+
+def test_a_policy_change_touches_only_the_changed_groups_and_preempts_nobody_while_no_urgent_turn_waits():
+    c, core, (a, b), group = two_groups_on_one_slot()
+    high_a = PriorityPolicy(50, frozenset({group[a]}), frozenset())
+    c._policy = high_a
+    core.policy_changed(high_a)
+    assert core.request_slot(a) == [Grant(a, 0, H)]
+    high_b = PriorityPolicy(51, frozenset({group[b]}), frozenset())
+    c._policy = high_b
+    # a drops to LOW and keeps its slot: b is not waiting for one
+    assert core.policy_changed(high_b) == [SetEnginePriority(a, 0, L), SetEnginePriority(b, 0, H)]
+    assert core.slots[0].holders.keys() == {a}
+    assert core.request_slot(b) == [Preempt(a, 0), Grant(b, 0, H)]
+    core.check_invariants()
+
+
+def test_a_turn_that_waits_when_its_group_becomes_critical_takes_the_low_holders_slot():
+    c, core, (a, b), group = two_groups_on_one_slot()
     low_all = PriorityPolicy(50, frozenset(), frozenset())
     c._policy = low_all  # a policy with no HIGH group, applied
     core.policy_changed(low_all)
@@ -152,10 +173,23 @@ def test_a_policy_change_touches_only_the_changed_groups_and_preempts_nobody():
     assert core.request_slot(b) == []
     high_b = PriorityPolicy(51, frozenset({group[b]}), frozenset())
     c._policy = high_b
-    # b is HIGH now; a keeps its slot (no preemption at a re-ranking) until its turn ends
-    assert core.policy_changed(high_b) == [SetEnginePriority(b, 0, H)]
-    assert core.slots[0].priorities[b] == H
-    assert core.release_slot(a) == [Grant(b, 0, H)]
+    assert core.policy_changed(high_b) == [SetEnginePriority(b, 0, H), Preempt(a, 0), Grant(b, 0, H)]
+    assert core.slots[0].waiting.keys() == {a}
+    core.check_invariants()
+
+
+def test_a_holder_demoted_behind_a_waiting_urgent_turn_yields_its_slot():
+    """The deadlock where KV binds: a HIGH turn queued behind a holder the engine demoted
+    afterwards. The demotion report hands the waiter the slot."""
+    c = coordinator(groups=1, group_size=2)
+    a, b = started(c)
+    core = RolloutCore(c, engines=1, slots_per_engine=1)
+    core.declared_priority = lambda t, policy=None: H  # type: ignore[method-assign]
+    core.place(a), core.place(b)
+    assert core.request_slot(a) == [Grant(a, 0, H)]
+    assert core.request_slot(b) == []  # a is HIGH: b waits
+    assert core.demoted(0, {str(a)}) == [Preempt(a, 0), Grant(b, 0, H)]
+    assert core.demoted(0, {str(a)}) == []  # a waits at LOW now: nothing more to hand over
     core.check_invariants()
 
 
@@ -196,7 +230,7 @@ def test_invariants_hold_under_any_event_sequence(engines, slots, mode, program_
         if kind == "request" and t not in ended and t not in core.moving and t not in driver.generating:
             asked = core.wants_demoted(t)
             if asked is not None:
-                core.demoted(asked, {str(i) for i in chosen})
+                driver.apply(core.demoted(asked, {str(i) for i in chosen}))
             actions = core.request_slot(t)
             driver.apply(actions)
             if mode == "priority" and core.slot_priority(t) < L and t in core.slots[core.engine_of[t]].waiting:
@@ -215,13 +249,17 @@ def test_invariants_hold_under_any_event_sequence(engines, slots, mode, program_
             c._policy = policy  # published by the coordinator
             driver.apply(core.policy_changed(policy))
         elif kind == "demoted":
-            core.demoted(engine, {str(i) for i in chosen})
+            driver.apply(core.demoted(engine, {str(i) for i in chosen}))
         elif kind == "orchestrate":
             pressure = {e: (1.0 if e == engine else 0.1) for e in range(engines)}
             driver.apply(core.orchestrate(pressure, dict.fromkeys(range(engines), 1000), lambda _: 50, 0.9))
         elif kind == "arrive" and t in core.moving:
             assert core.arrived(t)
         core.check_invariants()
+        if mode == "priority":  # an urgent turn never waits behind LOW work (`_serve_urgent`)
+            for slots_e in core.slots:
+                if any(slots_e.priorities[w] < L for w in slots_e.waiting):
+                    assert all(slots_e.priorities.get(h) != L for h in slots_e.holders), "a HIGH turn waits behind a LOW"
         held = {h for s in core.slots for h in s.holders}
         assert driver.generating <= held, "a trajectory generates without a slot"
 

@@ -113,6 +113,7 @@ class ModeSetup:
     cache_policy: str
     demotion: bool
     orchestration: bool = False  # moves between engines (`rollout.orchestration`; priority slots only)
+    work_conservation: bool = True  # `engine.work_conservation`, as a training config derives it
 
 
 VLLM_BIND = "VLLM_CPU_OMP_THREADS_BIND"
@@ -121,9 +122,10 @@ VENUS_POLICY = CoordinatorConfig.model_fields["policy"].default  # what `schedul
 SETUPS = {
     "trajectory_level": ModeSetup("trajectory_level", "action_level", "lru", demotion=False),
     "action_level": ModeSetup("action_level", "action_level", "lru", demotion=False),
-    "venus": ModeSetup("priority", VENUS_POLICY, "tiers", demotion=True, orchestration=True),
+    "venus": ModeSetup("priority", VENUS_POLICY, "tiers", demotion=True, orchestration=True, work_conservation=False),
     # venus with `rollout.orchestration: false`: what its moves between engines buy or cost here
-    "venus_no_moves": ModeSetup("priority", VENUS_POLICY, "tiers", demotion=True, orchestration=False),
+    "venus_no_moves": ModeSetup("priority", VENUS_POLICY, "tiers", demotion=True, orchestration=False,
+                                work_conservation=False),
 }
 MODES = tuple(SETUPS)
 BASELINES = ("action_level", "trajectory_level")
@@ -185,7 +187,8 @@ async def _open_engines(model_dir: Path, case: RolloutCase, setup: ModeSetup, pl
     started in this event loop, as it must be). vLLM keeps its own prefix cache, LRU over freed
     blocks, whatever the mode: the setup's cache policy and demotion do not reach it."""
     engine_config = EngineConfig(kv_capacity_tokens=case.kv_tokens_per_engine, page_size=1,
-                                 cache_policy=setup.cache_policy, demotion=setup.demotion)
+                                 cache_policy=setup.cache_policy, demotion=setup.demotion,
+                                 work_conservation=setup.work_conservation)
     if case.engine_backend == "vllm":
         from venusrl.engine.vllm_backend import VLLMEngine
 

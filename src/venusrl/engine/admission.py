@@ -12,9 +12,9 @@ Two passes over one `Step`, in this order:
    requests; the first request that still does not fit stops admission (no overtaking, so a
    large request is not starved by small ones behind it).
 
-Work conservation: a request that is the iteration's only work may evict every unlocked tier
-(`Step.eviction_tier`), so an engine never idles to keep KV for trajectories that are not
-running.
+Work conservation (`EngineConfig.work_conservation`, on unless the caller guarantees progress):
+a request that is the iteration's only work may evict every unlocked tier (`Step.eviction_tier`),
+so an engine never idles to keep KV for trajectories that are not running.
 
 Invariants: a request is granted KV only through `KVBook.grow`, which checks the pages its
 priority (or being the only work) may evict before taking any (admission never over-commits the budget); prefill
@@ -60,10 +60,13 @@ class Step:
     def eviction_tier(self, request: Request) -> Tier:
         """What ``request`` may evict for its memory now: its priority's tiers, or every
         unlocked tier when it is the iteration's only work (nothing scheduled yet, no other
-        request running). Keeping HIGH KV for trajectories that are not running is worth
-        only what it saves them later; an engine that idles for it can deadlock (the owners'
-        next turns may wait on the very slot this request holds), so it never idles."""
-        alone = not self.items and all(other is request for other in self.queue.running)
+        request running) and the engine conserves work (`EngineConfig.work_conservation`).
+        Keeping HIGH KV for trajectories that are not running is worth only what it saves
+        them later; an engine that idles for it deadlocks unless its caller hands the slot of
+        a stalled LOW holder to the urgent turns queued behind it (the owners' next turns may
+        wait on the very slot this request holds), as venus's rollout worker does."""
+        alone = (self.config.work_conservation and not self.items
+                 and all(other is request for other in self.queue.running))
         return Tier.HIGH_REF if alone else max_evictable_tier(request.priority)
 
     def schedule(self, request: Request, count: int) -> None:

@@ -30,6 +30,12 @@ class EngineConfig(Section):
     chunked_prefill_size: int = Field(2048, ge=1, description="longest prefill chunk of one request")
     cache_policy: Literal["tiers", "lru"] = Field("tiers", description="radix eviction: trajectory-aware tiers or plain LRU")
     demotion: bool = Field(True, description="residency-aware demotion of HIGH trajectories under KV pressure")
+    work_conservation: bool = Field(
+        True, description="a request that is the iteration's only work may evict every KV tier, so the engine "
+        "never idles to keep HIGH KV for trajectories that are not running (safe with any caller). false: the "
+        "paper's rule alone (a LOW request never evicts HIGH KV), for a caller that hands a stalled LOW holder's "
+        "slot to the urgent turns waiting behind it, as venus's rollout worker does; a training config derives "
+        "it: false under scheduler.policy venus ranking groups, true otherwise")
     demotion_order: Literal["shortest", "idle_first"] = Field(
         "shortest", description="whom demotion pauses first: shortest: the shortest contexts (paper §4.3); "
         "idle_first: trajectories with no request in the engine (waiting on a tool), then generating ones, "

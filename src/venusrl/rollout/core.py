@@ -32,10 +32,9 @@ Invariants (`check_invariants`, asserted by the property tests after every event
 - a trajectory holds or waits for a slot on at most one engine, the one it is placed on,
   and never while it is moving;
 - holders <= slots on every engine, and a waiter exists only when every slot is held;
-- priority mode: a PROMOTED/HIGH turn that asks for a slot waits only when no LOW holder
-  is there to preempt (checked at each request by the property tests: preemption happens
-  at requests only, a policy change or a demotion makes holders preemptible, see
-  `policy_changed`);
+- priority mode: a PROMOTED/HIGH turn waits only while no LOW turn holds a slot on its
+  engine: it preempts one when it asks, and a policy change or a demotion that makes a
+  holder LOW under waiting urgent turns hands them its slot (`_serve_urgent`);
 - the placement's load of each engine is the number of trajectories placed on it.
 """
 
@@ -176,14 +175,25 @@ class RolloutCore:
             return engine
         return None
 
-    def demoted(self, engine: int, demoted: Iterable[str]) -> None:
+    def demoted(self, engine: int, demoted: Iterable[str]) -> list[Action]:
         """The engine reports the trajectories it has demoted: every holder and waiter there
-        gets its slot priority again (a demoted one is LOW, so the next urgent turn may
-        take its slot)."""
+        gets its slot priority again (a demoted one is LOW), and an urgent turn already
+        waiting there takes the slot of a holder that is LOW now (`_serve_urgent`)."""
         self._demoted[engine] = frozenset(demoted)
         slots = self.slots[engine]
         for other in [*slots.holders, *slots.waiting]:
             slots.set_priority(other, self.slot_priority(other))
+        return self._serve_urgent(engine)
+
+    def stale_demotions(self) -> list[int]:
+        """The engines whose demoted sets the driver should report (`demoted`) at its periodic
+        refresh: those where turns wait, since an engine demotes and promotes at its own
+        iterations and a stale view can leave an urgent turn queued behind a holder that is
+        LOW there now (or one promoted back behind a LOW holder). Without waiters nothing
+        is decided by it until a turn asks (`wants_demoted`)."""
+        if not self.demotion_aware:
+            return []
+        return [engine for engine, slots in enumerate(self.slots) if slots.waiting]
 
     def request_slot(self, trajectory_id: int) -> list[Action]:
         """A turn wants to generate. Granted now (a `Grant`, maybe after a `Preempt` of a LOW
@@ -221,20 +231,27 @@ class RolloutCore:
     def policy_changed(self, policy: PriorityPolicy) -> list[Action]:
         """The coordinator published a new policy: only the trajectories whose group entered
         or left the HIGH set or whose promotion changed get a new priority (O(change)); one
-        started since reads the current policy when it asks for a slot. No preemption
-        follows: a holder that drops to LOW keeps its slot until an urgent turn asks for it
-        (preempting at every re-ranking aborts turns the next one flips back: on the small
-        +kv_residency simulation it doubled preemptions and added 4-55% prefill)."""
+        started since reads the current policy when it asks for a slot. A holder that drops
+        to LOW keeps its slot unless an urgent turn already waits on its engine
+        (`_serve_urgent`): preempting every holder at every re-ranking aborts turns the next
+        one flips back (on the small +kv_residency simulation it doubled preemptions and
+        added 4-55% prefill), but leaving an urgent turn queued behind LOW work stalls the
+        critical path, and where KV binds it deadlocks: the LOW holder cannot be admitted
+        beside the waiting trajectories' HIGH KV."""
         if self.mode != "priority" or self.program_aware:
             return []
         old, self._applied = self._applied, policy
         actions: list[Action] = []
+        engines: set[int] = set()
         for trajectory_id in self.coordinator.touched_by(policy, old):
             engine = self.engine_of.get(trajectory_id)
             if engine is None:
                 continue
+            engines.add(engine)
             self.slots[engine].set_priority(trajectory_id, self.slot_priority(trajectory_id, policy))
             actions.append(SetEnginePriority(trajectory_id, engine, self.declared_priority(trajectory_id, policy)))
+        for engine in sorted(engines):
+            actions.extend(self._serve_urgent(engine))
         return actions
 
     def orchestrate(self, pressure: Mapping[int, float], capacity: Mapping[int, int],
@@ -271,6 +288,13 @@ class RolloutCore:
 
     def _grant(self, trajectory_id: int, engine: int) -> Grant:
         return Grant(trajectory_id, engine, self.declared_priority(trajectory_id))
+
+    def _serve_urgent(self, engine: int) -> list[Action]:
+        """Urgent turns waiting on `engine` take the slots of LOW holders there."""
+        actions: list[Action] = []
+        for waiter, victim in self.slots[engine].serve_urgent():
+            actions += [Preempt(victim, engine), self._grant(waiter, engine)]
+        return actions
 
     def _release(self, trajectory_id: int, finished: bool) -> list[Action]:
         engine = self.engine_of.get(trajectory_id)

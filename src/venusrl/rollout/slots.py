@@ -88,9 +88,28 @@ class SlotScheduler:
         return max(candidates, key=self._rank) if candidates else None
 
     def set_priority(self, trajectory: Hashable, priority: Priority) -> None:
-        """Takes effect at the next grant or preemption (a holder keeps its slot)."""
+        """Takes effect at the next grant or preemption (a holder keeps its slot until
+        `serve_urgent` or an urgent request takes it)."""
         if trajectory in self.priorities:
             self.priorities[trajectory] = priority
+
+    def serve_urgent(self) -> list[tuple[Hashable, Hashable]]:
+        """(waiter granted, LOW holder preempted for it) pairs, while a PROMOTED/HIGH turn
+        waits here and a LOW turn holds a slot (priority mode). A request preempts when it
+        asks; this restores the same state after priorities changed under waiting turns
+        (a holder demoted or re-ranked LOW after an urgent turn queued behind it), so an
+        urgent turn never waits behind LOW work. Each pair frees one slot for one waiter."""
+        pairs = []
+        while self.mode == "priority" and self.waiting:
+            waiter = self.next_waiter()
+            victim = self._preemptible() if self.priorities[waiter] < Priority.LOW else None
+            if victim is None:
+                break
+            del self.holders[victim]
+            self.waiting[victim] = next(self._order)
+            self._grant(waiter)
+            pairs.append((waiter, victim))
+        return pairs
 
     def _grant(self, trajectory: Hashable) -> None:
         # a waiter asking again at a higher priority may be granted here: it waits no more

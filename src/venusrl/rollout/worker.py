@@ -125,6 +125,7 @@ class RolloutWorker:
         background = [asyncio.create_task(self._poll_predictions())] if self.predictor is not None else []
         if self.core.orchestration:
             background.append(asyncio.create_task(self._orchestrate()))
+        background.append(asyncio.create_task(self._refresh_demotions()))
         stopped = asyncio.create_task(stop.wait()) if stop is not None else None
         try:
             while not self._done(groups, stop):
@@ -233,6 +234,15 @@ class RolloutWorker:
                 pressure[index], capacity[index] = load.high_pressure, load.kv_capacity_tokens
             self._act(self.core.orchestrate(pressure, capacity, lambda tid: len(self._context[tid]),
                                             self.config.orchestration_threshold))
+
+    async def _refresh_demotions(self) -> None:
+        """Each engine demotes at its own iterations; the core learns of it when a turn asks for
+        a slot there, and here, every `demotion_refresh_interval_s`, so an urgent turn that
+        queued before its slot's holder was demoted gets that slot (`RolloutCore.demoted`)."""
+        while True:
+            await asyncio.sleep(self.config.demotion_refresh_interval_s)
+            for index in self.core.stale_demotions():
+                self._act(self.core.demoted(index, await self.engines[index].demoted_trajectories()))
 
     async def _move(self, move: Move) -> None:
         """The core moved a waiting trajectory (it left the source's slots): copy its prefix
@@ -345,7 +355,7 @@ class RolloutWorker:
                 continue
             asked = self.core.wants_demoted(trajectory_id)
             if asked is not None:
-                self.core.demoted(asked, await self.engines[asked].demoted_trajectories())
+                self._act(self.core.demoted(asked, await self.engines[asked].demoted_trajectories()))
             granted = self._grants[trajectory_id] = asyncio.Event()
             self._act(self.core.request_slot(trajectory_id))
             if trajectory_id not in self.core.slots[self.core.engine_of[trajectory_id]].holders:

@@ -118,6 +118,7 @@ class SimWorker:
         self._apply(self.coordinator.start(self.loop.now))
         if self.core.orchestration:
             self.loop.after(self.orchestration_interval_s, self._orchestrate)
+        self.loop.after(self.system.config.rollout.demotion_refresh_interval_s, self._refresh_demotions)
 
     # ---- coordinator decisions and the core's actions ----------------------------------------
 
@@ -193,7 +194,7 @@ class SimWorker:
         t.phase = Phase.WAITING_SLOT
         asked = self.core.wants_demoted(t.id)
         if asked is not None:  # demotions change per iteration: the engine says which hold now
-            self.core.demoted(asked, self.engines[asked].demoted_trajectories())
+            self._act(self.core.demoted(asked, self.engines[asked].demoted_trajectories()))
         self._act(self.core.request_slot(t.id))
 
     def _submit(self, t: SimTrajectory) -> None:
@@ -211,8 +212,10 @@ class SimWorker:
 
     def _preempt(self, t: SimTrajectory) -> None:
         """A HIGH turn took the slot of this LOW one: abort its request, keep its tokens; it
-        waits for a slot again (the slot scheduler queued it)."""
-        if t.request_id is None:
+        waits for a slot again (the slot scheduler queued it). Not submitted yet, or finished in
+        the batch whose outputs are being delivered (its turn ends when its own comes): nothing
+        to abort, as a real stream that ended before the preemption."""
+        if t.request_id is None or t.request_id not in self._engine(t).scheduler.requests:
             return
         partial = self._engine(t).abort(t.request_id)
         t.held_from = None  # a preempted hold is part of a turn only: not timed, as in the real worker
@@ -308,6 +311,14 @@ class SimWorker:
                                         self.orchestration_threshold))
         if self.live or not self.coordinator.finished:
             self.loop.after(self.orchestration_interval_s, self._orchestrate)
+
+    def _refresh_demotions(self) -> None:
+        """As the real worker: every `rollout.demotion_refresh_interval_s`, the engines where
+        turns wait report their demoted sets."""
+        for index in self.core.stale_demotions():
+            self._act(self.core.demoted(index, self.engines[index].demoted_trajectories()))
+        if self.live or not self.coordinator.finished:
+            self.loop.after(self.system.config.rollout.demotion_refresh_interval_s, self._refresh_demotions)
 
     def _move(self, t: SimTrajectory, source: int, target: int) -> None:
         """The core moved `t` (it left `source`'s slots): export its prefix KV, release it on
