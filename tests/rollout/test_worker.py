@@ -116,17 +116,20 @@ def test_high_preempts_low_and_low_resumes_to_the_same_tokens(tiny_model_dir):
     assert engine.stats()["cached_tokens"] > 0, "the resume reuses the preempted turn's KV"
 
 
-def test_a_high_holder_the_engine_demoted_and_a_high_turn_behind_it_both_finish(tiny_model_dir):
+@pytest.mark.parametrize("work_conservation", [True, False])
+def test_a_high_holder_the_engine_demoted_and_a_high_turn_behind_it_both_finish(tiny_model_dir, work_conservation):
     """Both trajectories are HIGH; B's first turn left 158 tokens of KV cached, so A's growing
     context pushes HIGH demand past the 200-token pool and the engine demotes A (shorter
     context first). Neither may wait on the other for good: B's next turn takes the slot if it
-    asks while A is demoted (`RolloutCore.wants_demoted`), and A, alone in the engine, grows
-    into B's KV rather than idle (`admission.Step.eviction_tier`). Which comes first is
-    timing; either way both finish and A ends with the uninterrupted greedy output."""
+    asks while A is demoted (`RolloutCore.wants_demoted`); with work conservation A, alone in
+    the engine, grows into B's KV rather than idle (`admission.Step.eviction_tier`), without
+    it (venus's engines) A waits for B's turn and B's release. Which comes first is timing;
+    either way both finish and A ends with the uninterrupted greedy output."""
     from venusrl.model.generate import generate
     from venusrl.types import Priority, SamplingParams
 
-    engine = Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=200, page_size=1))
+    engine = Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=200, page_size=1,
+                                                                 work_conservation=work_conservation))
     a_prompt, b_prompt = list(range(10, 40)), list(range(100, 250))
     long = SamplingParams(max_new_tokens=160, temperature=0, stop_token_ids=(-1,))
     short = SamplingParams(max_new_tokens=8, temperature=0, stop_token_ids=(-1,))
