@@ -240,9 +240,14 @@ def test_a_bad_spec_or_model_is_a_clear_error_before_the_handshake(tmp_path):
         spawn_engines([EngineSpec(model_dir=str(tmp_path / "nothing-here"))])
 
 
-def test_no_demotion_ever_needs_no_round_trip(two_engines):
+def test_the_demoted_set_is_always_asked_of_the_engine(two_engines):
+    """A stalled engine demotes at iterations that send no outputs, so the client makes up no
+    answer from what it was last sent (an engine it cannot reach is an error, not "none");
+    a venus round froze on a demotion the client had not heard of."""
     unreachable = RemoteEngine(("127.0.0.1", 1), two_engines[0].info())
-    assert asyncio.run(unreachable.demoted_trajectories()) == frozenset()
+    with pytest.raises(EngineStopped):
+        asyncio.run(unreachable.demoted_trajectories())
+    assert asyncio.run(two_engines[0].demoted_trajectories()) == frozenset()
 
 
 def test_bench_remote_throughput_pairs_the_placements_on_the_same_outputs(tiny_model_dir):

@@ -92,7 +92,8 @@ class EngineClient(Protocol):
         ...
 
     async def demoted_trajectories(self) -> frozenset[str]:
-        """Cheap (no engine round trip) while the engine has never demoted anything."""
+        """Cheap in process (no call while the engine has never demoted anything); one round
+        trip to an engine elsewhere."""
         ...
 
     async def load(self) -> EngineLoad: ...

@@ -248,7 +248,7 @@ class _Connection:
 
     def _flush(self) -> None:
         items, self.outbox = self.outbox, []
-        self.send({"op": "outputs", "items": items, "demotions": self.engine.demotions})
+        self.send({"op": "outputs", "items": items})
 
     async def _stream(self, stream_id: int, header: dict[str, Any]) -> None:
         try:

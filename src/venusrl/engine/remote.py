@@ -140,7 +140,6 @@ class _Connection:
     def _dispatch(self, header: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
         op = header.get("op")
         if op == "outputs":
-            self.client.demotions = header["demotions"]
             for item in header["items"]:
                 queue = self.streams.get(item["id"])
                 if queue is not None:
@@ -178,7 +177,6 @@ class RemoteEngine:
                  process: subprocess.Popen | None = None, name: str = "engine") -> None:
         self.address, self._info, self._kv_address = address, info, kv_address
         self.process, self.name = process, name
-        self.demotions = 0  # the engine's demotion counter, as of the newest outputs frame or load
         self.closing = False  # shutdown was called: the connection's end is expected
         self._connection: _Connection | None = None
         self._last_health = EngineHealth(True, 0, 0)
@@ -265,15 +263,12 @@ class RemoteEngine:
         return await self._conn().call("release_trajectory", trajectory_id=trajectory_id)
 
     async def demoted_trajectories(self) -> frozenset[str]:
-        if not self.demotions:  # pushed with every outputs frame: none ever, so none paused
-            return frozenset()
+        # always asked: the engine demotes at iterations that send nothing (a stalled one), so
+        # no count pushed with its outputs can say "none" for sure
         return frozenset(await self._conn().call("demoted_trajectories"))
 
     async def load(self) -> EngineLoad:
-        load = load_of(await self._conn().call("load"))
-        if load.demoted:
-            self.demotions = max(self.demotions, 1)
-        return load
+        return load_of(await self._conn().call("load"))
 
     async def stats(self) -> EngineStats:
         return stats_of(await self._conn().call("stats"))

@@ -238,14 +238,11 @@ class RolloutWorker:
     async def _refresh_demotions(self) -> None:
         """Each engine demotes at its own iterations; the core learns of it when a turn asks for
         a slot there, and here, every `demotion_refresh_interval_s`, so an urgent turn that
-        queued before its slot's holder was demoted gets that slot (`RolloutCore.demoted`).
-        Read from the engine's load, which always asks it: a stalled engine sends no outputs,
-        so a client's count of its demotions (what `demoted_trajectories` skips the call by)
-        can be behind."""
+        queued before its slot's holder was demoted gets that slot (`RolloutCore.demoted`)."""
         while True:
             await asyncio.sleep(self.config.demotion_refresh_interval_s)
             for index in self.core.stale_demotions():
-                self._act(self.core.demoted(index, (await self.engines[index].load()).demoted))
+                self._act(self.core.demoted(index, await self.engines[index].demoted_trajectories()))
 
     async def _move(self, move: Move) -> None:
         """The core moved a waiting trajectory (it left the source's slots): copy its prefix
