@@ -79,6 +79,8 @@ def test_recomputed_tokens_are_those_computed_before_beyond_the_hits():
     book.start("t", Priority.HIGH)
     assert book.admitted("t", 100, 0) == 0  # first turn: nothing computed before
     book.computed("t", 150)
+    book.keep("t", (1, 2, 3, 4), 128)
+    assert book.context_tokens("t") == 150  # its demand: all it computed, not only what is held
     assert book.admitted("t", 200, 128) == 22  # 150 computed before, 128 of them hit
     book.clear()  # the prefix cache was reset: nothing counts as computed
     assert book.admitted("t", 200, 0) == 0 and book.recomputed_tokens == 22

@@ -150,6 +150,14 @@ class HoldBook:
         trajectory = self.trajectories[key]
         return trajectory.hold, trajectory.hold_tokens
 
+    def context_tokens(self, key: Key) -> int:
+        """What its next turn needs back: the most of its sequence computed since the last
+        cache reset, or its hold if longer. Not just what is still held, so a demoted
+        trajectory whose hold went for room stays demoted until HIGH ones finish (rather
+        than counting for nothing the moment its KV is gone and being promoted at once)."""
+        trajectory = self.trajectories[key]
+        return max(trajectory.hold_tokens, trajectory.computed)
+
     # ---- recomputation --------------------------------------------------------------------
 
     def computed(self, key: Key, tokens: int) -> None:
