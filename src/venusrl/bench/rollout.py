@@ -318,6 +318,7 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         "engine_weight_versions": [s.weight_version for s in stats],
         "turn_weight_versions": sorted({turn.weight_version for g in trained for t in g.trajectories for turn in t.turns}),
         "preemptions": worker.preemptions,
+        "demotions": sum(s.demotions for s in stats),  # residency-aware, summed over engines
         "migrations": worker.migrations,
         "move_s": _move_seconds(worker.move_seconds),
         "hit_rate": sum(s.cached_tokens for s in stats) / max(1, sum(s.prompt_tokens for s in stats)),
