@@ -44,8 +44,9 @@ def test_the_idle_split_adds_up_to_the_idle_whatever_the_engines_report(steps, c
 
 @given(samples, costs, st.integers(0, 5000))
 def test_what_an_engine_does_not_count_is_named_and_the_rest_still_adds_up(steps, cost, discarded):
-    """vLLM counts neither recomputed tokens nor tokens sampled for aborted requests, nor its
-    waits: those parts are absent (their time stays in prefill and decode), named, and the
+    """An engine that counts neither recomputed tokens nor tokens sampled for aborted requests,
+    nor its waits (vLLM counts the last two; our scheduler class counts its recomputation):
+    those parts are absent (their time stays in prefill and decode), named, and the
     parts present still add up to the engine time."""
     tokens = {"sampled": sum(s.decode_seqs for s in steps), "prefill_computed": sum(s.prefill_tokens for s in steps),
               "discarded": discarded}

@@ -99,8 +99,9 @@ def test_a_round_records_its_turns_as_a_trace_the_simulator_replays(tmp_path):
 
 
 def test_a_backend_that_counts_no_recompute_nor_waits_gets_no_waste_bound():
-    """vLLM's rounds carry no recomputed or aborted-unseen tokens and no waits: the breakdown
-    names what it could not count and no waste bound is derived from it; the speedups stand."""
+    """A backend whose rounds carry no recomputed or aborted-unseen tokens and no waits (vLLM
+    counts no aborted-unseen tokens and no waits): the breakdown names what it could not count
+    and no waste bound is derived from it; the speedups stand."""
     figures = {"time_to_last_step_s": 2.0, "steady_step_s": 0.5, "time_to_first_batch_s": 0.5,
                "tokens": {"sampled": 40, "trained": 30, "prefill_computed": 90, "discarded": 0},
                "discarded_trajectories": 0, "engine_s": 4.0, "engine_waits_s": None}

@@ -16,10 +16,10 @@ admitted by the window), waits with requests it could not admit, running its cal
 (requests added and aborted, priorities, stats, prefix KV copies), and the rest, between
 steps (delivery, and the OS running something else).
 
-An engine that does not count recomputed tokens or tokens sampled for aborted requests (vLLM)
-leaves them out of `tokens`: their time stays inside prefill_computed and decode, and the
-breakdown names them under `not_counted`; one that keeps no account of its waits (vLLM) gets
-no idle split.
+An engine that does not count recomputed tokens or tokens sampled for aborted requests (vLLM
+counts no aborted-unseen tokens) leaves them out of `tokens`: their time stays inside
+prefill_computed and decode, and the breakdown names them under `not_counted`; one that keeps
+no account of its waits (vLLM) gets no idle split.
 """
 
 from __future__ import annotations

@@ -184,8 +184,9 @@ def _vllm_worker_on_core(core: int):
 
 async def _open_engines(model_dir: Path, case: RolloutCase, setup: ModeSetup, placement: str) -> list[EngineClient]:
     """The round's engines: ours in this process or each in its own, or vLLM's (`VLLMEngine`,
-    started in this event loop, as it must be). vLLM keeps its own prefix cache, LRU over freed
-    blocks, whatever the mode: the setup's cache policy and demotion do not reach it."""
+    started in this event loop, as it must be). The setup's cache policy and demotion reach
+    vLLM through our scheduler class (engine/vllm_tiers.py): `lru` is vLLM's own prefix cache,
+    `tiers` holds live trajectories' blocks between turns by tier and demotes."""
     engine_config = EngineConfig(kv_capacity_tokens=case.kv_tokens_per_engine, page_size=1,
                                  cache_policy=setup.cache_policy, demotion=setup.demotion,
                                  work_conservation=setup.work_conservation)
@@ -207,16 +208,18 @@ async def _open_engines(model_dir: Path, case: RolloutCase, setup: ModeSetup, pl
 def _tokens(case: RolloutCase, logs: list[tuple[StepSample, ...]], stats: list, trained: list,
             coordinator: DataCoordinator, worker: RolloutWorker) -> dict[str, int]:
     """The round's token counts. On vLLM, sampled counts its decode steps' tokens only (each
-    request's first token is sampled by its prefill step, which vLLM does not tell apart), and
-    recomputed and aborted-unseen tokens are left out: vLLM counts neither."""
+    request's first token is sampled by its prefill step, which vLLM does not tell apart),
+    recomputed tokens are our scheduler class's count (engine/vllm_tiers.py: prefilled again
+    although computed before for the trajectory since the last weight update, which clears
+    vLLM's cache), and aborted-unseen tokens are left out: vLLM does not count them."""
     sampled = sum(s.decode_seqs for log in logs for s in log)
     tokens = {"sampled": sampled, "trained": sum(t.generated_tokens for g in trained for t in g.trajectories),
               "prefill_computed": sum(s.prefill_tokens for log in logs for s in log),
               "discarded": coordinator.counts.discarded_tokens}
+    tokens["recomputed"] = sum(s.recomputed_tokens for s in stats)
     if case.engine_backend == "vllm":
         return tokens
-    return {**tokens, "recomputed": sum(s.recomputed_tokens for s in stats),
-            "aborted_unseen": max(0, sampled - worker.tokens.kept - worker.tokens.cancelled)}
+    return {**tokens, "aborted_unseen": max(0, sampled - worker.tokens.kept - worker.tokens.cancelled)}
 
 
 class RecordingClient:
@@ -318,14 +321,16 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         "engine_weight_versions": [s.weight_version for s in stats],
         "turn_weight_versions": sorted({turn.weight_version for g in trained for t in g.trajectories for turn in t.turns}),
         "preemptions": worker.preemptions,
+        "demotions": sum(s.demotions for s in stats),  # residency-aware, summed over engines
         "migrations": worker.migrations,
         "move_s": _move_seconds(worker.move_seconds),
         "hit_rate": sum(s.cached_tokens for s in stats) / max(1, sum(s.prompt_tokens for s in stats)),
-        # summed over engines; the weight updates' drops are counted in their tier too (vLLM
-        # counts neither: None)
-        **({"evicted_tokens": None, "dropped_at_weight_update_tokens": None} if case.engine_backend == "vllm" else {
-            "evicted_tokens": {tier: sum(s.evicted_tokens[tier] for s in stats) for tier in stats[0].evicted_tokens},
-            "dropped_at_weight_update_tokens": sum(s.dropped_at_weight_update_tokens for s in stats)}),
+        # summed over engines; the weight updates' drops are counted in their tier too. On vLLM:
+        # the holds released for room (low_ref, high_ref; vLLM does not count its LRU evictions
+        # of unused blocks), and no drops (its cache is cleared whole: None)
+        "evicted_tokens": {tier: sum(s.evicted_tokens[tier] for s in stats) for tier in stats[0].evicted_tokens},
+        "dropped_at_weight_update_tokens": None if case.engine_backend == "vllm" else
+        sum(s.dropped_at_weight_update_tokens for s in stats),
         "engine_s": case.engines * step_done[-1],
         "engine_waits_s": waits,  # summed over engines, to when their stats were read
         "placement": _placement(case, placement),
@@ -538,12 +543,16 @@ def _backend_note(case: RolloutCase) -> dict[str, Any]:
     return {"name": "vllm", "page_size": VLLM_PAGE_SIZE,
             "setups": "slot modes, the coordinator's policy, priorities (vLLM's priority scheduling with venus's "
                       "preemption, engine/vllm_scheduler.py) and moves between engines apply as on ours; "
-                      "cache_policy and demotion do not: vLLM's prefix cache is LRU over freed blocks in every mode, "
-                      "and a moved turn recomputes its prefix on the target (no KV leaves a vLLM engine)",
+                      "cache_policy and demotion reach vLLM through our scheduler class (engine/vllm_tiers.py): lru "
+                      "is vLLM's own LRU prefix cache, tiers holds each live trajectory's blocks between its turns "
+                      "(released LOW-held before HIGH-held when room is short) and demotes HIGH trajectories "
+                      "shortest first when their KV demand exceeds the pool; a moved turn recomputes its prefix on "
+                      "the target (no KV leaves a vLLM engine)",
             "cpu_binding": f"engine i's worker on core i ({VLLM_BIND}), one core each, as ours run one thread each",
             "step_log": "vLLM's iteration details (engine/vllm_stats.py): seconds are its elapsed_ms (forward and "
-                        "sampling); kv_tokens its KV blocks in use; no wait split, no recomputed or aborted-unseen "
-                        "tokens (vLLM counts neither), so no waste bound"}
+                        "sampling); kv_tokens its KV blocks in use; recomputed tokens counted by our scheduler "
+                        "class; no wait split and no aborted-unseen tokens (vLLM counts neither), so no waste "
+                        "bound"}
 
 
 def run_case(quick: bool, placement: str = "process", **overrides: Any) -> dict[str, Any]:

@@ -13,12 +13,13 @@ from vllm.platforms import current_platform
 from vllm.sampling_params import RequestOutputKind
 
 from venusrl.engine.config import EngineConfig
+from venusrl.engine.vllm_tiers import CONFIG_KEY, TRAJECTORY_ARG
 from venusrl.model.sampling import GREEDY_BELOW
 from venusrl.types import SamplingParams
 
 log = logging.getLogger(__name__)
 
-_SCHEDULER = "venusrl.engine.vllm_scheduler.PriorityPreemptingScheduler"
+_SCHEDULER = "venusrl.engine.vllm_tiers.TrajectoryScheduler"
 _WORKER_EXTENSION = "venusrl.engine.vllm_worker.VenusWorkerExtension"
 _CPU_BLOCK_MULTIPLE = 32  # vLLM 0.32's CPU attention refuses other block sizes
 
@@ -26,7 +27,8 @@ _CPU_BLOCK_MULTIPLE = 32  # vLLM 0.32's CPU attention refuses other block sizes
 def engine_args(model_dir: str | Path, config: EngineConfig, *, dtype: str = "float32", seed: int = 0,
                 max_model_len: int | None = None) -> AsyncEngineArgs:
     """vLLM's arguments for our engine config: the same KV capacity (in tokens, converted to
-    bytes for the model's KV layout), batch bound, prefill budget and page size."""
+    bytes for the model's KV layout), batch bound, prefill budget and page size; the cache
+    policy and demotion go to our scheduler class (vllm_tiers.py) through `additional_config`."""
     if config.kv_after_weight_update != "recompute":
         raise ValueError(
             "engine.kv_after_weight_update: only recompute works with engine.backend: vllm. With keep (vLLM "
@@ -54,15 +56,18 @@ def engine_args(model_dir: str | Path, config: EngineConfig, *, dtype: str = "fl
         max_num_seqs=config.max_running_requests,
         max_num_batched_tokens=max(config.max_prefill_tokens, config.max_running_requests),
         enable_prefix_caching=True, scheduling_policy="priority", scheduler_cls=_SCHEDULER,
+        additional_config={CONFIG_KEY: {"cache_policy": config.cache_policy, "demotion": config.demotion,
+                                        "demotion_order": config.demotion_order,
+                                        "work_conservation": config.work_conservation}},
         worker_extension_cls=_WORKER_EXTENSION, logprobs_mode="processed_logprobs",
         disable_log_stats=True,  # vLLM's own loggers off; ours (vllm_stats.py) get every step's stats,
         enable_logging_iteration_details=True,  # with its timed iteration (our step log)
     )
 
 
-def vllm_params(sampling: SamplingParams, produced: int) -> VLLMSamplingParams:
+def vllm_params(sampling: SamplingParams, produced: int, trajectory_id: str | None = None) -> VLLMSamplingParams:
     """vLLM's sampling parameters for the rest of a request that has produced `produced`
-    tokens. Explicit stop token ids replace the model's end-of-turn ones, as in our engine.
+    tokens, naming its trajectory to our scheduler (vllm_tiers.py) in `extra_args`. Explicit stop token ids replace the model's end-of-turn ones, as in our engine.
     A seeded request's continuation is seeded at its position (so a re-issue is reproducible,
     though not the same random stream as an uninterrupted run; greedy runs are the same)."""
     greedy = sampling.temperature < GREEDY_BELOW
@@ -74,4 +79,5 @@ def vllm_params(sampling: SamplingParams, produced: int) -> VLLMSamplingParams:
         seed=None if sampling.seed is None else sampling.seed + produced,
         stop_token_ids=stop_ids, ignore_eos=bool(sampling.stop_token_ids), stop=list(sampling.stop) or None,
         logprobs=0, output_kind=RequestOutputKind.DELTA, detokenize=bool(sampling.stop),
+        extra_args=None if trajectory_id is None else {TRAJECTORY_ARG: trajectory_id},
     )

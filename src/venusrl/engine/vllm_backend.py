@@ -18,9 +18,13 @@ What each venus mechanism becomes here (vLLM 0.32, its V1 engine):
 - step log: vLLM's own per-iteration details (its elapsed_ms and token counts; vllm_stats.py);
   the wait split (no request / stalled) of our engine's step log is not kept (vLLM does not
   account for its idle).
-- residency tiers, demotion, KV export/import: vLLM has no trajectory-aware eviction (its
-  prefix cache is LRU over freed blocks), so there is no demotion (`demoted` is always empty).
-  vLLM moves KV between engines only through KV connectors configured at start
+- residency tiers, demotion: our scheduler class (vllm_tiers.py) holds a live trajectory's
+  blocks between its turns by tier and demotes HIGH trajectories under KV pressure
+  (`engine.cache_policy: tiers`; `lru` is vLLM's own LRU prefix cache). Each request names its
+  trajectory in its `extra_args`; trajectory start, priority change and release reach the
+  scheduler as control ids on vLLM's abort channel (`control_id`); the demoted set and the
+  counts come back with vLLM's per-step stats (vllm_stats.py).
+- KV export/import: vLLM moves KV between engines only through KV connectors configured at start
   (`kv_transfer_config`), not by a call; none is wired here (the one that runs on the CPU
   build matches whole prompts only, see export_prefix), so `export_prefix` moves nothing
   (`PrefixKV(0, ...)`) and a migrated request recomputes its prefix on the target engine.
@@ -59,6 +63,7 @@ from venusrl.engine.stats import EngineStats
 from venusrl.engine.step_log import StepLogSlice
 from venusrl.engine.vllm_args import engine_args, vllm_params
 from venusrl.engine.vllm_stats import StatsCollector, usable_kv_tokens
+from venusrl.engine.vllm_tiers import control_id
 from venusrl.types import Priority, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -159,7 +164,7 @@ class VLLMEngine:
         stream.vllm_id = vllm_id = f"{stream.request_id}.{stream.issues}"
         produced = 0  # output tokens of this vLLM request
         prompt = TokensPrompt(prompt_token_ids=stream.prompt_ids + stream.output_ids)
-        params = vllm_params(stream.sampling, len(stream.output_ids))
+        params = vllm_params(stream.sampling, len(stream.output_ids), stream.trajectory_id)
         async with aclosing(self.llm.generate(prompt, params, vllm_id, priority=int(stream.priority))) as outputs:
             async for out in outputs:
                 completion = out.outputs[0]
@@ -206,8 +211,11 @@ class VLLMEngine:
     def set_priority(self, trajectory_id: str, priority: Priority) -> None:
         """vLLM fixes a request's priority when it is added: the trajectory's live requests are
         aborted and issued again at the new priority as continuations (their full KV blocks
-        stay in the prefix cache, so only the last partial block is recomputed)."""
+        stay in the prefix cache, so only the last partial block is recomputed); our scheduler
+        is told first, so the trajectory's hold (vllm_tiers.py) moves tier."""
         self._trajectories[trajectory_id] = priority
+        loop = asyncio.get_running_loop()
+        loop.create_task(self._control(control_id("priority", trajectory_id, priority)))  # its hold moves tier
         issued = []
         for stream in self._streams.values():
             if stream.trajectory_id != trajectory_id or stream.priority == priority:
@@ -218,16 +226,28 @@ class VLLMEngine:
                 stream.resumed.set()
                 issued.append(stream.vllm_id)
         if issued:
-            asyncio.get_running_loop().create_task(self.llm.abort(issued))
+            loop.create_task(self.llm.abort(issued))
 
     async def start_trajectory(self, trajectory_id: str, priority: Priority) -> None:
         self._trajectories[trajectory_id] = priority
+        await self._control(control_id("start", trajectory_id, priority))
 
     async def release_trajectory(self, trajectory_id: str) -> bool:
-        return self._trajectories.pop(trajectory_id, None) is not None
+        """Its hold in the scheduler ends: its KV becomes plain LRU cache."""
+        if self._trajectories.pop(trajectory_id, None) is None:
+            return False
+        await self._control(control_id("release", trajectory_id))
+        return True
+
+    async def _control(self, control: str) -> None:
+        """A control id to our scheduler (vllm_tiers.py), on vLLM's abort channel straight to
+        the engine core: ordered with this client's requests, and unknown to the output
+        processor, which `llm.abort` would consult."""
+        await self.llm.engine_core.abort_requests_async([control])
 
     async def demoted_trajectories(self) -> frozenset[str]:
-        return frozenset()  # vLLM has no demotion
+        """As the scheduler reported at its latest step, less trajectories released since."""
+        return self._stats.demoted.intersection(self._trajectories)
 
     # ---- load and stats -----------------------------------------------------------------------
 
@@ -238,7 +258,7 @@ class VLLMEngine:
         return demand / max(self.kv_capacity_tokens, 1)
 
     async def load(self) -> EngineLoad:
-        return EngineLoad(self._high_pressure(), self.kv_capacity_tokens, frozenset())
+        return EngineLoad(self._high_pressure(), self.kv_capacity_tokens, await self.demoted_trajectories())
 
     async def stats(self) -> EngineStats:
         return self._stats.engine_stats(self.kv_capacity_tokens, self._high_pressure(), len(self._trajectories),

@@ -12,12 +12,17 @@ continuations, vLLM's "context" requests); `decode_seqs`: the other requests, on
 blocks in use after the step (vLLM's `kv_cache_usage` x capacity, whole blocks, prefills
 included), as vLLM reports no context lengths per step. `ended_s`: when this process got the
 step's stats (the step ended just before, in another process; one host-wide monotonic clock).
+
+Our scheduler class's own figures (vllm_tiers.py: the demoted trajectories, recomputed tokens,
+demotions, holds per tier and holds evicted) ride on the same per-step stats
+(`TrajectoryScheduler.report`); the latest is kept.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from vllm.config import CacheConfig, VllmConfig
 from vllm.v1.metrics.loggers import StatLoggerBase
@@ -25,6 +30,7 @@ from vllm.v1.metrics.stats import IterationStats, SchedulerStats
 
 from venusrl.engine.stats import EngineStats
 from venusrl.engine.step_log import StepLog, StepSample
+from venusrl.engine.vllm_tiers import STATS_KEY
 
 
 def usable_kv_tokens(cache: CacheConfig) -> int:
@@ -39,7 +45,8 @@ class _Totals:
     preemptions: int = 0
     running: int = 0
     waiting: int = 0
-    kv_usage: float = 0.0  # fraction of KV blocks in use
+    kv_usage: float = 0.0  # fraction of KV blocks in use (held blocks included)
+    tiers: dict[str, Any] = field(default_factory=dict)  # the scheduler's latest report (vllm_tiers.py)
 
 
 class StatsCollector:
@@ -50,16 +57,27 @@ class StatsCollector:
     def factory(self, vllm_config: VllmConfig, engine_index: int = 0) -> StatLoggerBase:
         return _Logger(self.totals, self.steps, vllm_config.cache_config)
 
+    @property
+    def demoted(self) -> frozenset[str]:
+        """The trajectories the scheduler had demoted at its latest step."""
+        return frozenset(self.totals.tiers.get("demoted", ()))
+
     def engine_stats(self, kv_capacity_tokens: int, high_pressure: float, live_trajectories: int,
                      weight_version: int) -> EngineStats:
-        t = self.totals
+        t, tiers = self.totals, self.totals.tiers
         used = round(t.kv_usage * kv_capacity_tokens)
+        held = tiers.get("held_tokens", {})
         return EngineStats(
             prompt_tokens=t.prompt_tokens, cached_tokens=t.cached_tokens,
             hit_rate=t.cached_tokens / t.prompt_tokens if t.prompt_tokens else 0.0,
             hit_rate_by_priority={},  # vLLM counts cache hits per step, not per request priority
-            recomputed_tokens=0, retractions=t.preemptions, preemptions=t.preemptions, demotions=0, promotions=0,
-            evicted_tokens={}, kv_tokens={"used": used, "free": kv_capacity_tokens - used},
+            recomputed_tokens=tiers.get("recomputed_tokens", 0), retractions=t.preemptions, preemptions=t.preemptions,
+            demotions=tiers.get("demotions", 0), promotions=tiers.get("promotions", 0),
+            # holds released for room; vLLM's own LRU evictions of unused blocks are not counted
+            evicted_tokens=tiers.get("evicted_tokens", {}),
+            # used: every referenced block, held ones (low_ref, high_ref) included
+            kv_tokens={"used": used, "free": kv_capacity_tokens - used, **held},
+            demoted_trajectories=len(tiers.get("demoted", ())),
             kv_capacity_tokens=kv_capacity_tokens, high_pressure=high_pressure, live_trajectories=live_trajectories,
             running=t.running, waiting=t.waiting, weight_version=weight_version,
         )
@@ -76,6 +94,7 @@ class _Logger(StatLoggerBase):
             t.running = scheduler_stats.num_running_reqs
             t.waiting = scheduler_stats.num_waiting_reqs + scheduler_stats.num_skipped_waiting_reqs
             t.kv_usage = scheduler_stats.kv_cache_usage
+            t.tiers = (scheduler_stats.ec_connector_stats or {}).get(STATS_KEY, t.tiers)
             t.prompt_tokens += scheduler_stats.prefix_cache_stats.queries
             t.cached_tokens += scheduler_stats.prefix_cache_stats.hits
             step = scheduler_stats.iteration_details
