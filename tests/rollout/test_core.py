@@ -70,12 +70,18 @@ def test_a_high_turn_preempts_the_latest_low_holder_and_a_waiter_is_granted_on_r
     core.check_invariants()
 
 
-def test_a_demoted_holder_yields_its_slot_to_an_urgent_turn():
+def two_high_on_one_slot():
+    """Two trajectories declared HIGH, placed on one engine of one slot."""
     c = coordinator(groups=1, group_size=2)
     a, b = started(c)
     core = RolloutCore(c, engines=1, slots_per_engine=1)
     core.declared_priority = lambda t, policy=None: H  # type: ignore[method-assign]
     core.place(a), core.place(b)
+    return core, a, b
+
+
+def test_a_demoted_holder_yields_its_slot_to_an_urgent_turn():
+    core, a, b = two_high_on_one_slot()
     assert core.request_slot(a) == [Grant(a, 0, H)]
     assert core.wants_demoted(b) == 0
     core.demoted(0, {str(a)})
@@ -181,11 +187,7 @@ def test_a_turn_that_waits_when_its_group_becomes_critical_takes_the_low_holders
 def test_a_holder_demoted_behind_a_waiting_urgent_turn_yields_its_slot():
     """The deadlock where KV binds: a HIGH turn queued behind a holder the engine demoted
     afterwards. The demotion report hands the waiter the slot."""
-    c = coordinator(groups=1, group_size=2)
-    a, b = started(c)
-    core = RolloutCore(c, engines=1, slots_per_engine=1)
-    core.declared_priority = lambda t, policy=None: H  # type: ignore[method-assign]
-    core.place(a), core.place(b)
+    core, a, b = two_high_on_one_slot()
     assert core.request_slot(a) == [Grant(a, 0, H)]
     assert core.request_slot(b) == []  # a is HIGH: b waits
     assert core.demoted(0, {str(a)}) == [Preempt(a, 0), Grant(b, 0, H)]
