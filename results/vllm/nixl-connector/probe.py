@@ -8,6 +8,7 @@ do_remote_decode; engine B serves a longer prompt with the kv_transfer_params A 
   mode direct:   B gets PREFIX + EXTRA with A's params (what venus's move would send).
   mode two_step: B gets PREFIX with A's params (max_tokens 1: pull only), then PREFIX + EXTRA
                  as a plain request that should hit B's prefix cache (the pulled blocks).
+  mode two_step_warm: two_step, with PREFIX already in A's prefix cache (an earlier turn).
 
 Usage: probe.py MODE [PREFIX_LEN [EXTRA_LEN]] (defaults 96 and 8; the KV block is 32 tokens).
 The reference is PREFIX + EXTRA served greedily on A after the transfer with a cache salt, so
@@ -80,6 +81,8 @@ async def main(mode):
     a = start(model_dir, "engine-A", 0, 5600)
     b = start(model_dir, "engine-B", 1, 5610)
     try:
+        if mode == "two_step_warm":  # the source already holds the prefix (an earlier turn), as in a move
+            show("A earlier turn (plain)", await gen(a, PREFIX, "a-earlier", max_tokens=1))
         t = time.perf_counter()
         out_a = await gen(a, PREFIX, "a-prefill", max_tokens=1, params={"do_remote_decode": True})
         show("A prefill (do_remote_decode)", out_a)
