@@ -47,11 +47,8 @@ class SlotScheduler:
         if len(self.holders) < self.slots:
             self._grant(trajectory)
             return True, None
-        victim = self._preemptible() if self.mode == "priority" and priority < Priority.LOW else None
+        victim = self._preempt_for(trajectory)
         if victim is not None:
-            del self.holders[victim]
-            self.waiting[victim] = next(self._order)
-            self._grant(trajectory)
             return True, victim
         self.waiting.setdefault(trajectory, next(self._order))
         return False, None
@@ -100,16 +97,24 @@ class SlotScheduler:
         (a holder demoted or re-ranked LOW after an urgent turn queued behind it), so an
         urgent turn never waits behind LOW work. Each pair frees one slot for one waiter."""
         pairs = []
-        while self.mode == "priority" and self.waiting:
+        while self.waiting:
             waiter = self.next_waiter()
-            victim = self._preemptible() if self.priorities[waiter] < Priority.LOW else None
+            victim = self._preempt_for(waiter)
             if victim is None:
                 break
-            del self.holders[victim]
-            self.waiting[victim] = next(self._order)
-            self._grant(waiter)
             pairs.append((waiter, victim))
         return pairs
+
+    def _preempt_for(self, trajectory: Hashable) -> Hashable | None:
+        """In priority mode, an urgent `trajectory` takes the slot of the most recently granted
+        LOW holder, which queues again; returns that holder, or None (nothing changed)."""
+        urgent = self.mode == "priority" and self.priorities[trajectory] < Priority.LOW
+        victim = self._preemptible() if urgent else None
+        if victim is not None:
+            del self.holders[victim]
+            self.waiting[victim] = next(self._order)
+            self._grant(trajectory)
+        return victim
 
     def _grant(self, trajectory: Hashable) -> None:
         # a waiter asking again at a higher priority may be granted here: it waits no more
