@@ -62,6 +62,8 @@ def test_bench_rollout_refuses_case_overrides_outside_the_timed_table():
     assert result.exit_code == 2 and "slots-per-engine" in result.output
     result = runner.invoke(app, ["bench", "rollout", "--test-log-lines", "-1"])
     assert result.exit_code == 2 and "test-log-lines" in result.output
+    result = runner.invoke(app, ["bench", "rollout", "--tool-latency-s", "-0.1"])
+    assert result.exit_code == 2 and "tool-latency-s" in result.output
 
 
 def test_bench_rollout_names_the_engine_backend_it_does_not_know():
