@@ -68,6 +68,7 @@ from venusrl.engine.engine import Engine
 from venusrl.engine.process import EngineSpec
 from venusrl.engine.remote import spawn_engines
 from venusrl.engine.step_log import StepSample
+from venusrl.engine.vllm_connector import scoped_environ
 from venusrl.model.chat import load_tokenizer
 from venusrl.model.checkpoint import load_model
 from venusrl.model.tiny import make_tiny_model
@@ -172,15 +173,8 @@ def _vllm_worker_on_core(core: int):
     """vLLM's CPU worker binds its OpenMP threads to every core but one by default, the same
     ones for every engine of a host; here the engine started within gets one core of its own,
     as each of our engines runs one torch thread (its processes read the variable when spawned)."""
-    before = os.environ.get(VLLM_BIND)
-    os.environ[VLLM_BIND] = str(core)
-    try:
+    with scoped_environ({VLLM_BIND: str(core)}):
         yield
-    finally:
-        if before is None:
-            del os.environ[VLLM_BIND]
-        else:
-            os.environ[VLLM_BIND] = before
 
 
 async def _open_engines(model_dir: Path, case: RolloutCase, setup: ModeSetup, placement: str) -> list[EngineClient]:

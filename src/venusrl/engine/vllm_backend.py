@@ -68,7 +68,8 @@ from venusrl.engine.vllm_args import engine_args, vllm_params
 from venusrl.engine.vllm_connector import (
     new_endpoint,
     resolve_connector,
-    spawn_env,
+    scoped_environ,
+    spawn_environ,
     transfer_config,
 )
 from venusrl.engine.vllm_nixl import NixlPeer
@@ -140,7 +141,7 @@ class VLLMEngine:
         connector, why = resolve_connector(config.vllm_kv_connector)
         args = engine_args(model_dir, config, **kwargs)
         endpoint = new_endpoint() if connector == "nixl" else None
-        env = nullcontext() if endpoint is None else spawn_env(endpoint)
+        env = nullcontext() if endpoint is None else scoped_environ(spawn_environ(endpoint))
         if endpoint is not None:
             args.kv_transfer_config = transfer_config(endpoint)
         vllm_config = args.create_engine_config(UsageContext.ENGINE_CONTEXT)

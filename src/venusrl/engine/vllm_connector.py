@@ -74,23 +74,27 @@ def new_endpoint() -> NixlEndpoint:
     return NixlEndpoint(f"venusrl-{uuid.uuid4().hex[:12]}", host, port)
 
 
-@contextlib.contextmanager
-def spawn_env(endpoint: NixlEndpoint) -> Iterator[None]:
-    """The environment an engine started within spawns its processes with: its side channel,
-    and UCX on loopback when the side channel is (unless set already)."""
+def spawn_environ(endpoint: NixlEndpoint) -> dict[str, str]:
+    """What an engine's processes are spawned with (`scoped_environ`): its side channel, and UCX
+    on loopback when the side channel is (unless set already)."""
     values = {HOST_VAR: endpoint.host, PORT_VAR: str(endpoint.port)}
     if ipaddress.ip_address(socket.gethostbyname(endpoint.host)).is_loopback:
         values.update({k: v for k, v in _LOOPBACK_UCX.items() if k not in os.environ})
-    before = {k: os.environ.get(k) for k in values}
+    return values
+
+
+@contextlib.contextmanager
+def scoped_environ(values: dict[str, str]) -> Iterator[None]:
+    """`values` in this process's environment while inside (vLLM's processes spawned there read
+    them), the previous values back after."""
+    saved = {k: os.environ[k] for k in values if k in os.environ}
     os.environ.update(values)
     try:
         yield
     finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        for k in values:
+            os.environ.pop(k, None)
+        os.environ.update(saved)
 
 
 def transfer_config(endpoint: NixlEndpoint) -> Any:
