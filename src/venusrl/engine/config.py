@@ -19,7 +19,8 @@ class EngineConfig(Section):
         "auto", description="engine.backend: vllm: how a turn moved between vLLM engines gets its prefix KV. "
         "nixl: vLLM's NixlConnector (nixl-cu12, `make vllm-venv`): the target pulls the prefix's whole blocks "
         "from the source (engine/vllm_nixl.py); none: the target recomputes the prefix; auto: nixl where NIXL "
-        "is installed, else none")
+        "is installed and the forward pass is not on the CPU (on vLLM's CPU build NIXL's progress thread takes "
+        "a core from it: results/vllm/nixl-migration), else none")
     placement: EnginePlacement = Field(
         "in_process", description="where each rollout engine runs: in_process: a thread of the rollout process; "
         "process: its own OS process, reached over a socket (engine/process.py), and with run.runtime: ray its "

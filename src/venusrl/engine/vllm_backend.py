@@ -26,7 +26,7 @@ What each venus mechanism becomes here (vLLM 0.32, its V1 engine):
   counts come back with vLLM's per-step stats (vllm_stats.py).
 - KV of a moved turn: vLLM moves KV between engines only through a KV connector configured at
   start (`kv_transfer_config`), per request, not by a call. With `engine.vllm_kv_connector: nixl`
-  (or auto, where NIXL is installed) every engine starts with NixlConnector and `send_prefix` to
+  (or auto, where NIXL is installed, off vLLM's CPU build: vllm_connector.py) every engine starts with NixlConnector and `send_prefix` to
   another such engine moves the whole blocks of the context as two 1-token requests of the same
   prefix, an export on the source and a pull on the target (vllm_nixl.py); the turn then hits
   the target's prefix cache. Without it the target recomputes the prefix. `export_prefix` and
@@ -48,6 +48,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 from vllm.inputs import TokensPrompt
+from vllm.platforms import current_platform
 from vllm.usage.usage_lib import UsageContext
 from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -138,7 +139,7 @@ class VLLMEngine:
 
     @classmethod
     def start(cls, model_dir: str | Path, config: EngineConfig, weight_version: int = 0, **kwargs) -> VLLMEngine:
-        connector, why = resolve_connector(config.vllm_kv_connector)
+        connector, why = resolve_connector(config.vllm_kv_connector, current_platform.is_cpu())
         args = engine_args(model_dir, config, **kwargs)
         endpoint = new_endpoint() if connector == "nixl" else None
         env = nullcontext() if endpoint is None else scoped_environ(spawn_environ(endpoint))

@@ -37,17 +37,24 @@ def nixl_installed() -> bool:
     return True
 
 
-def resolve_connector(choice: str) -> tuple[str, str]:
-    """(`nixl` or `none`, why) for the config's `engine.vllm_kv_connector`: `auto` is `nixl`
-    where NIXL is installed, else `none`; `nixl` where it is not is an error."""
+def resolve_connector(choice: str, cpu: bool) -> tuple[str, str]:
+    """(`nixl` or `none`, why) for the config's `engine.vllm_kv_connector` on vLLM's CPU build
+    (`cpu`) or another: `auto` is `nixl` where NIXL is installed and the forward pass is not on
+    the CPU, else `none`; `nixl` where NIXL is not installed is an error. On the CPU build each
+    engine's NIXL agent runs a progress thread that polls a core its forward pass needs: moves
+    with it made venus's rollout slower, not faster (results/vllm/nixl-migration)."""
     if choice not in CONNECTORS:
         raise ValueError(f"{FIELD}: {choice!r} is not one of {', '.join(CONNECTORS)}")
     if choice == "none":
         return "none", f"{FIELD} is none"
-    if nixl_installed():
-        return "nixl", f"{FIELD} is {choice}"
-    if choice == "nixl":
+    installed = nixl_installed()
+    if choice == "nixl" and not installed:
         raise ValueError(f"{FIELD}: nixl, but NIXL does not import in this venv ({_INSTALL})")
+    if choice == "nixl" or (installed and not cpu):
+        return "nixl", f"{FIELD} is {choice}"
+    if installed:
+        return "none", (f"{FIELD} is auto on vLLM's CPU build, where NIXL's progress thread takes a core from the "
+                        "forward pass (set nixl to move KV anyway)")
     return "none", f"{FIELD} is auto and NIXL is not installed ({_INSTALL})"
 
 
