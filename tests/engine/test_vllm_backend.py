@@ -37,7 +37,8 @@ def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("vllm")
     model_dir, other_dir = _tiny(root / "model", seed=0), _tiny(root / "other", seed=1)
     runner = asyncio.Runner()
-    config = EngineConfig(kv_capacity_tokens=8192, max_running_requests=BATCH, max_prefill_tokens=2048, page_size=32)
+    config = EngineConfig(kv_capacity_tokens=8192, max_running_requests=BATCH, max_prefill_tokens=2048, page_size=32,
+                          vllm_kv_connector="none")
 
     async def start():
         return VLLMEngine.start(model_dir, config)
@@ -287,3 +288,18 @@ def test_every_step_vllm_runs_is_logged_with_its_shape_and_time(setup):
     kv = [s.kv_tokens for s in steps]
     assert all(0 <= k <= engine.kv_capacity_tokens for k in kv) and max(kv) >= BATCH * 40, kv
     assert [s.ended_s for s in steps] == sorted(s.ended_s for s in steps)
+
+
+def test_without_a_kv_connector_a_moved_turn_recomputes_and_says_so(setup, caplog):
+    """With no KV connector (`engine.vllm_kv_connector: none`, or auto where NIXL is not
+    installed) no KV leaves the engine: a move returns 0 tokens (the target recomputes the
+    prefix), and the engine says why once, at INFO."""
+    runner, engine, _, _ = setup
+    context = _prompts(1, 100, seed=11)[0]
+    with caplog.at_level("INFO", logger="venusrl.engine.vllm_backend"):
+        moved = [runner.run(engine.send_prefix(context, engine, "moved")) for _ in range(2)]
+    assert moved == [0, 0]
+    said = [r.getMessage() for r in caplog.records if "recompute their prefix" in r.getMessage()]
+    assert said == ["moved turns recompute their prefix on the target engine: no KV connector "
+                    "(none: engine.vllm_kv_connector is none)"]
+

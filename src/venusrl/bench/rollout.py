@@ -68,6 +68,7 @@ from venusrl.engine.engine import Engine
 from venusrl.engine.process import EngineSpec
 from venusrl.engine.remote import spawn_engines
 from venusrl.engine.step_log import StepSample
+from venusrl.engine.vllm_connector import scoped_environ
 from venusrl.model.chat import load_tokenizer
 from venusrl.model.checkpoint import load_model
 from venusrl.model.tiny import make_tiny_model
@@ -102,6 +103,7 @@ class RolloutCase:
     test_log_lines: int = 0  # failing tests each tool answer lists (`workload.failure_lines`)
     engine_backend: str = "ours"  # `engine.backend`: ours, or vllm (its engine core in a process of its own)
     head_dim: int | None = None  # the tiny model's (None: hidden / heads = 16); vLLM's CPU attention needs >= 32
+    vllm_kv_connector: str = "auto"  # `engine.vllm_kv_connector`: a moved turn's prefix KV between vLLM engines
 
 
 @dataclass(slots=True, frozen=True)
@@ -171,15 +173,8 @@ def _vllm_worker_on_core(core: int):
     """vLLM's CPU worker binds its OpenMP threads to every core but one by default, the same
     ones for every engine of a host; here the engine started within gets one core of its own,
     as each of our engines runs one torch thread (its processes read the variable when spawned)."""
-    before = os.environ.get(VLLM_BIND)
-    os.environ[VLLM_BIND] = str(core)
-    try:
+    with scoped_environ({VLLM_BIND: str(core)}):
         yield
-    finally:
-        if before is None:
-            del os.environ[VLLM_BIND]
-        else:
-            os.environ[VLLM_BIND] = before
 
 
 async def _open_engines(model_dir: Path, case: RolloutCase, setup: ModeSetup, placement: str) -> list[EngineClient]:
@@ -193,7 +188,9 @@ async def _open_engines(model_dir: Path, case: RolloutCase, setup: ModeSetup, pl
     if case.engine_backend == "vllm":
         from venusrl.engine.vllm_backend import VLLMEngine
 
-        vllm_config = engine_config.model_copy(update={"backend": "vllm", "page_size": VLLM_PAGE_SIZE})
+        vllm_config = EngineConfig.model_validate({**engine_config.model_dump(), "backend": "vllm",
+                                                   "page_size": VLLM_PAGE_SIZE,
+                                                   "vllm_kv_connector": case.vllm_kv_connector})
         engines = []
         for i in range(case.engines):
             with _vllm_worker_on_core(i % (os.cpu_count() or 1)):
@@ -323,6 +320,9 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         "preemptions": worker.preemptions,
         "demotions": sum(s.demotions for s in stats),  # residency-aware, summed over engines
         "migrations": worker.migrations,
+        # the moved turns' contexts and the KV tokens moved with them (the rest the targets recompute,
+        # less what their prefix caches already held)
+        "moved_tokens": dict(worker.moved_tokens),
         "move_s": _move_seconds(worker.move_seconds),
         "hit_rate": sum(s.cached_tokens for s in stats) / max(1, sum(s.prompt_tokens for s in stats)),
         # summed over engines; the weight updates' drops are counted in their tier too. On vLLM:
@@ -546,8 +546,9 @@ def _backend_note(case: RolloutCase) -> dict[str, Any]:
                       "cache_policy and demotion reach vLLM through our scheduler class (engine/vllm_tiers.py): lru "
                       "is vLLM's own LRU prefix cache, tiers holds each live trajectory's blocks between its turns "
                       "(released LOW-held before HIGH-held when room is short) and demotes HIGH trajectories "
-                      "shortest first when their KV demand exceeds the pool; a moved turn recomputes its prefix on "
-                      "the target (no KV leaves a vLLM engine)",
+                      "shortest first when their KV demand exceeds the pool; a moved turn's prefix KV goes along "
+                      "over NIXL (engine/vllm_nixl.py) with vllm_kv_connector nixl, else the target recomputes it",
+            "kv_connector": case.vllm_kv_connector,
             "cpu_binding": f"engine i's worker on core i ({VLLM_BIND}), one core each, as ours run one thread each",
             "step_log": "vLLM's iteration details (engine/vllm_stats.py): seconds are its elapsed_ms (forward and "
                         "sampling); kv_tokens its KV blocks in use; recomputed tokens counted by our scheduler "

@@ -121,6 +121,9 @@ def bench_rollout(
     head_dim: Annotated[int | None, typer.Option(
         min=1, help="the tiny model's head_dim (default hidden/heads = 16; 64 with --engine-backend vllm, whose "
         "CPU attention needs >= 32)")] = None,
+    vllm_kv_connector: Annotated[str | None, typer.Option(
+        help="with --engine-backend vllm: auto, nixl or none, how a moved turn's prefix KV reaches the target "
+        "engine (engine.vllm_kv_connector; none: it recomputes)")] = None,
 ) -> None:
     """Time to N training steps with the trainer in the loop: trajectory-level vs
     action-level vs venus scheduling, the engine-time breakdown and predictor accuracy."""
@@ -133,15 +136,17 @@ def bench_rollout(
                                  param_hint="--engine-placement")
     if engine_backend not in (None, "ours", "vllm"):
         raise typer.BadParameter(f"{engine_backend!r}: choose ours or vllm", param_hint="--engine-backend")
+    if vllm_kv_connector not in (None, "auto", "nixl", "none"):
+        raise typer.BadParameter(f"{vllm_kv_connector!r}: choose auto, nixl or none", param_hint="--vllm-kv-connector")
     if engine_backend == "vllm" and head_dim is None:
         head_dim = 64
     overrides = {name: value for name, value in (("slots_per_engine", slots_per_engine),
                  ("kv_tokens_per_engine", kv_tokens_per_engine), ("repeats", repeats),
                  ("test_log_lines", test_log_lines), ("tool_latency_mean_s", tool_latency_s),
-                 ("engine_backend", engine_backend),
-                 ("head_dim", head_dim)) if value is not None}
+                 ("engine_backend", engine_backend), ("head_dim", head_dim),
+                 ("vllm_kv_connector", vllm_kv_connector)) if value is not None}
     if overrides and (sweep or greedy_check):
         raise typer.BadParameter("case overrides apply to the timed table, not to --sweep or --greedy-check",
-                                 param_hint="--slots-per-engine/--kv-tokens-per-engine/--repeats/--test-log-lines/--tool-latency-s/"
-                                 "--engine-backend/--head-dim")
+                                 param_hint="--slots-per-engine/--kv-tokens-per-engine/--repeats/--test-log-lines/"
+                                 "--tool-latency-s/--engine-backend/--head-dim/--vllm-kv-connector")
     main(quick, json_out, sweep, engine_placement, greedy_check, overrides)

@@ -24,10 +24,13 @@ What each venus mechanism becomes here (vLLM 0.32, its V1 engine):
   trajectory in its `extra_args`; trajectory start, priority change and release reach the
   scheduler as control ids on vLLM's abort channel (`control_id`); the demoted set and the
   counts come back with vLLM's per-step stats (vllm_stats.py).
-- KV export/import: vLLM moves KV between engines only through KV connectors configured at start
-  (`kv_transfer_config`), not by a call; none is wired here (the one that runs on the CPU
-  build matches whole prompts only, see export_prefix), so `export_prefix` moves nothing
-  (`PrefixKV(0, ...)`) and a migrated request recomputes its prefix on the target engine.
+- KV of a moved turn: vLLM moves KV between engines only through a KV connector configured at
+  start (`kv_transfer_config`), per request, not by a call. With `engine.vllm_kv_connector: nixl`
+  (or auto, where NIXL is installed, off vLLM's CPU build: vllm_connector.py) every engine starts with NixlConnector and `send_prefix` to
+  another such engine moves the whole blocks of the context as two 1-token requests of the same
+  prefix, an export on the source and a pull on the target (vllm_nixl.py); the turn then hits
+  the target's prefix cache. Without it the target recomputes the prefix. `export_prefix` and
+  `import_prefix` (KV through the caller, as host tensors) move nothing on vLLM.
 """
 
 from __future__ import annotations
@@ -38,13 +41,14 @@ import logging
 import os
 import tempfile
 from collections.abc import AsyncIterator
-from contextlib import aclosing
+from contextlib import aclosing, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
 from vllm.inputs import TokensPrompt
+from vllm.platforms import current_platform
 from vllm.usage.usage_lib import UsageContext
 from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -62,6 +66,14 @@ from venusrl.engine.kv_pool import HostKV
 from venusrl.engine.stats import EngineStats
 from venusrl.engine.step_log import StepLogSlice
 from venusrl.engine.vllm_args import engine_args, vllm_params
+from venusrl.engine.vllm_connector import (
+    new_endpoint,
+    resolve_connector,
+    scoped_environ,
+    spawn_environ,
+    transfer_config,
+)
+from venusrl.engine.vllm_nixl import NixlPeer
 from venusrl.engine.vllm_stats import StatsCollector, usable_kv_tokens
 from venusrl.engine.vllm_tiers import control_id
 from venusrl.types import Priority, SamplingParams
@@ -101,7 +113,8 @@ class _Stream:
 class VLLMEngine:
     """The vLLM `EngineClient`. Create it inside the event loop that will call it."""
 
-    def __init__(self, llm: AsyncLLM, stats: StatsCollector, config: EngineConfig, weight_version: int = 0):
+    def __init__(self, llm: AsyncLLM, stats: StatsCollector, config: EngineConfig, weight_version: int = 0,
+                 connector: str = "none"):
         self.llm = llm
         self.config = config
         self._stats = stats
@@ -110,26 +123,53 @@ class VLLMEngine:
         self._streams: dict[str, _Stream] = {}
         self._trajectories: dict[str, Priority] = {}
         self._update_lock = asyncio.Lock()
-        self._serving = asyncio.Event()  # cleared while weights are being replaced
+        self._serving = asyncio.Event()  # cleared while weights are being replaced (or at start, see below)
         self._serving.set()
         self.kv_capacity_tokens = usable_kv_tokens(llm.vllm_config.cache_config)
+        self.connector = connector  # why moves carry KV or recompute, as resolved at start
+        self.nixl: NixlPeer | None = None
+        self._unpinning: asyncio.Task | None = None
+        transfer = llm.vllm_config.kv_transfer_config
+        if transfer is not None and transfer.kv_connector == "NixlConnector":
+            self.nixl = NixlPeer(llm, transfer.engine_id, llm.vllm_config.cache_config.block_size,
+                                 lambda: self._version, self._priority_of)
+            self._serving.clear()  # the first request waits for the forward pass's cores
+            self._unpinning = asyncio.get_running_loop().create_task(self._unpin_compute())
+        self._said_recompute = False
 
     @classmethod
     def start(cls, model_dir: str | Path, config: EngineConfig, weight_version: int = 0, **kwargs) -> VLLMEngine:
+        connector, why = resolve_connector(config.vllm_kv_connector, current_platform.is_cpu())
         args = engine_args(model_dir, config, **kwargs)
+        endpoint = new_endpoint() if connector == "nixl" else None
+        env = nullcontext() if endpoint is None else scoped_environ(spawn_environ(endpoint))
+        if endpoint is not None:
+            args.kv_transfer_config = transfer_config(endpoint)
         vllm_config = args.create_engine_config(UsageContext.ENGINE_CONTEXT)
         stats = StatsCollector()
-        llm = AsyncLLM.from_vllm_config(vllm_config, stat_loggers=[stats.factory], disable_log_stats=True)
-        log.info("vLLM engine started: %s, %d KV tokens, batch %d", model_dir,
-                 usable_kv_tokens(vllm_config.cache_config), config.max_running_requests)
-        return cls(llm, stats, config, weight_version)
+        with env:  # its engine core and worker processes read the side channel when spawned
+            llm = AsyncLLM.from_vllm_config(vllm_config, stat_loggers=[stats.factory], disable_log_stats=True)
+        log.info("vLLM engine started: %s, %d KV tokens, batch %d, KV connector %s (%s)", model_dir,
+                 usable_kv_tokens(vllm_config.cache_config), config.max_running_requests, connector,
+                 why if endpoint is None else f"{endpoint.engine_id}, side channel {endpoint.host}:{endpoint.port}")
+        return cls(llm, stats, config, weight_version, f"{connector}: {why}")
+
+    async def _unpin_compute(self) -> None:
+        """NIXL moved the worker's forward pass onto its transfer core; back to the engine's own
+        (vllm_worker.VenusWorkerExtension.venusrl_unpin_compute)."""
+        try:
+            cores = await self.llm.collective_rpc("venusrl_unpin_compute")
+            log.info("vLLM engine %s: forward pass back on cores %s (per worker) after NIXL's pinning", self.nixl.engine_id,
+                     cores)
+        finally:
+            self._serving.set()
 
     # ---- generation -------------------------------------------------------------------------
 
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams, priority: Priority | None = None,
                        trajectory_id: str | None = None) -> AsyncIterator[RequestOutput]:
         if priority is None:
-            priority = self._trajectories.get(trajectory_id, Priority.LOW) if trajectory_id else Priority.LOW
+            priority = self._priority_of(trajectory_id)
         if trajectory_id is not None:
             self._trajectories[trajectory_id] = priority
         stream = _Stream(f"vllm-{next(self._ids)}", trajectory_id, list(prompt_ids), sampling, priority)
@@ -270,24 +310,37 @@ class VLLMEngine:
         return self._stats.steps.since(index)
 
     async def export_prefix(self, token_ids: list[int]) -> PrefixKV:
-        """No KV leaves a vLLM engine here: vLLM exposes its KV only through KV connectors
-        (LMCache, NIXL, Mooncake, offloading), which act inside its scheduler per request, not
-        on a call like this one. Its reference ExampleConnector does move KV between CPU
-        engines, but keys it by the whole prompt, so an agent's next turn (a longer prompt)
-        never finds it (results/vllm/kv-connector); LMCache and NIXL, which would, need packages
-        of their own. The target engine recomputes the prefix (its prefix cache serves what it
-        already has)."""
+        """No KV leaves a vLLM engine as host tensors: vLLM exposes its KV only through KV
+        connectors, which act inside its scheduler per request, not on a call like this one.
+        Between vLLM engines, `send_prefix` moves it over NIXL."""
         return PrefixKV(0, self._empty_kv())
 
     async def import_prefix(self, token_ids: list[int], kv: HostKV, trajectory_id: str | None = None) -> int:
         return 0  # see export_prefix
 
     async def send_prefix(self, token_ids: list[int], target: EngineClient, trajectory_id: str | None = None) -> int:
-        return 0  # see export_prefix: the target recomputes
+        """Over NIXL when both engines started with it (vllm_nixl.py): the whole blocks of the
+        context but its last token, now in the target's prefix cache (held for the trajectory);
+        otherwise 0 and the target recomputes the prefix."""
+        peer = getattr(target, "nixl", None)
+        if self.nixl is None:
+            if not self._said_recompute:
+                self._said_recompute = True
+                log.info("moved turns recompute their prefix on the target engine: no KV connector (%s)",
+                         self.connector)
+            return 0
+        if not isinstance(peer, NixlPeer):
+            log.info("trajectory %s: no prefix KV moved: the target is not a vLLM engine with NIXL; it recomputes",
+                     trajectory_id)
+            return 0
+        return await self.nixl.send(token_ids, peer, trajectory_id)
+
+    def _priority_of(self, trajectory_id: str | None) -> Priority:
+        return self._trajectories.get(trajectory_id, Priority.LOW) if trajectory_id else Priority.LOW
 
     @property
     def kv_address(self) -> KVAddress | None:
-        return None  # no KV receiver: see export_prefix
+        return None  # no receiver of host-tensor KV: see export_prefix
 
     def info(self) -> EngineInfo:
         hf, cache = self.llm.model_config.hf_config, self.llm.vllm_config.cache_config
@@ -312,22 +365,36 @@ class VLLMEngine:
         tied = getattr(self.llm.model_config.hf_config, "tie_word_embeddings", False)
         tensors = {n: t.detach().cpu().contiguous() for n, t in state_dict.items() if not (tied and n == "lm_head.weight")}
         async with self._update_lock:
-            with tempfile.TemporaryDirectory(dir=_SHM if os.path.isdir(_SHM) else None) as tmp:
-                path = os.path.join(tmp, "weights.safetensors")
-                await asyncio.to_thread(save_file, tensors, path)
-                self._serving.clear()  # no vLLM request is added until the new weights serve
-                live = [s for s in self._streams.values() if s.vllm_id is not None]
-                for stream in live:
-                    stream.reissue = True
-                await self.llm.pause_generation(mode="abort", clear_cache=True)
-                await self.llm.collective_rpc("venusrl_load_weights", args=(path,))
-            await self.llm.update_weight_version(str(version))
-            self._version = version
-            await self.llm.resume_generation()
-            self._serving.set()
-            for stream in live:
-                stream.resumed.set()
+            if self.nixl is not None:  # no move in flight across the switch (vllm_nixl.MoveGuard)
+                await self.nixl.guard.quiesce()
+            try:
+                live = await self._load_paused(tensors, version)
+            finally:
+                if self.nixl is not None:
+                    self.nixl.guard.resume()
         log.info("weights updated to version %d (%d tensors, %d requests re-issued)", version, len(tensors), len(live))
+
+    async def _load_paused(self, tensors: dict[str, torch.Tensor], version: int) -> list[_Stream]:
+        """Pause (in-flight requests aborted, the prefix cache cleared), load, resume; the
+        streams to issue again."""
+        with tempfile.TemporaryDirectory(dir=_SHM if os.path.isdir(_SHM) else None) as tmp:
+            path = os.path.join(tmp, "weights.safetensors")
+            await asyncio.to_thread(save_file, tensors, path)
+            self._serving.clear()  # no vLLM request is added until the new weights serve
+            live = [s for s in self._streams.values() if s.vllm_id is not None]
+            for stream in live:
+                stream.reissue = True
+            await self.llm.pause_generation(mode="abort", clear_cache=self.nixl is None)
+            if self.nixl is not None:  # exported blocks may still wait for their reader's notice
+                await self.nixl.clear_prefix_cache()
+            await self.llm.collective_rpc("venusrl_load_weights", args=(path,))
+        await self.llm.update_weight_version(str(version))
+        self._version = version
+        await self.llm.resume_generation()
+        self._serving.set()
+        for stream in live:
+            stream.resumed.set()
+        return live
 
     async def health(self) -> EngineHealth:
         try:

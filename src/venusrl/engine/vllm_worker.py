@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import os
+import re
+
 import torch
 from safetensors.torch import load_file
 
@@ -24,6 +27,19 @@ class VenusWorkerExtension:
             self._retie_lm_head()
         return len(state_dict)
 
+    def venusrl_unpin_compute(self) -> list[int]:
+        """On the CPU build, NixlConnector pins the thread that creates it, the worker's main
+        thread, which also runs the model, to the last core of each NUMA node for its KV
+        transfers (`nixl/base_worker.py:702-714`, `os.sched_setaffinity(0, ...)`): on a host
+        with one NUMA node every engine's forward pass would share that core. The main thread
+        goes back to the cores vLLM bound the worker's OpenMP threads to (the environment it was
+        spawned with, `vllm/utils/ompmultiprocessing.py:71-102`); NIXL's own threads stay where
+        it put them. Returns those cores (empty: nothing to restore)."""
+        cores = _omp_cores(os.environ)
+        if cores:
+            os.sched_setaffinity(0, cores)
+        return cores
+
     def _retie_lm_head(self) -> None:
         """A tied lm_head loads no weights of its own, so vLLM 0.32's reload puts its old kernel
         tensors back (and warns "ParallelLMHead: Failed to load weights"): it would keep
@@ -35,3 +51,13 @@ class VenusWorkerExtension:
             return
         lm_head.weight = embed.weight
         lm_head.quant_method.process_weights_after_loading(lm_head)
+
+
+def _omp_cores(env) -> list[int]:
+    """The cores vLLM's spawn environment binds OpenMP to: OMP_PLACES `{0,1}`, GOMP_CPU_AFFINITY
+    `0 1`, or KMP_AFFINITY `...,proclist=[0,1]`."""
+    if env.get("KMP_AFFINITY"):
+        spec = env["KMP_AFFINITY"].partition("proclist=")[2]
+    else:
+        spec = env.get("GOMP_CPU_AFFINITY") or env.get("OMP_PLACES", "")
+    return sorted({int(core) for core in re.findall(r"\d+", spec)})

@@ -104,6 +104,7 @@ class RolloutWorker:
         self.preemptions = 0
         self.predictions = 0
         self.migrations = 0
+        self.moved_tokens = {"context": 0, "kv": 0}  # landed moves: their contexts, and the KV tokens sent along
         self.move_seconds: list[float] = []  # each landed move, from its decision to its arrival
         self.tokens = TokenCounts()
         self.predictor = predictor
@@ -265,6 +266,8 @@ class RolloutWorker:
             await release_quietly(self.engines[target], key)
             return
         self.migrations += 1
+        self.moved_tokens["context"] += len(token_ids)
+        self.moved_tokens["kv"] += copied
         self.move_seconds.append(self.clock() - started)
         self.core.move_took(self.move_seconds[-1])
         log.info("trajectory %d moved from engine %d to %d with %d prefix tokens", trajectory_id, source, target,
