@@ -46,6 +46,8 @@ import torch
 from venusrl.bench import measured_runs as runs_on_disk
 from venusrl.bench import rollout as bench
 from venusrl.bench import workload as tasks
+from venusrl.bench.controller_terms import ControllerTerms
+from venusrl.bench.controller_terms import fit as fit_controller_terms
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
 from venusrl.model.conversation import Conversation
@@ -113,10 +115,14 @@ def chat_shape(model_dir: Path, case: bench.RolloutCase, prompts: list[Prompt]) 
 
 
 def simulate_round(case: bench.RolloutCase, cost: CostModel, rows: list[dict[str, Any]], mode: str, trace: Path,
-                   trainer_s: float, predictor_spearman: float, move_latency_s: float = 0.0) -> SimResult:
+                   trainer_s: float, predictor_spearman: float, move_latency_s: float = 0.0,
+                   terms: ControllerTerms | None = None) -> SimResult:
     """One benchmark round of `mode` simulated replaying `rows`, with the benchmark's trainer
     (`trainer_s` per step, streamed as the bench streams it), the predictor's measured
-    accuracy and the measured time of a move between engine processes."""
+    accuracy, the measured time of a move between engine processes and the controller
+    terms fitted on the calibration run (None: none, and a prediction takes 20 ms)."""
+    if terms is not None:
+        cost = replace(cost, output_s=terms.output_s, call_s=terms.call_s)
     write_trace(trace, rows)
     trainer = TrainerCost(token_s=0.0, step_s=trainer_s * (1 - case.gradient_fraction),
                           group_s=trainer_s * case.gradient_fraction / case.batch_groups)
@@ -126,8 +132,11 @@ def simulate_round(case: bench.RolloutCase, cost: CostModel, rows: list[dict[str
     spec = SimSpec(system(MODES[mode], overrides=cluster), workload=WorkloadConfig(group_size=case.group_size,
                    trace=str(trace)), model="tiny", generation_gpus=case.engines, steps=case.steps, quantum=1,
                    cost=replace(cost, kv_capacity_tokens=case.kv_tokens_per_engine), trainer=trainer,
-                   weight_sync_s=0.0, predictor_spearman=predictor_spearman, prediction_latency_s=0.02,
-                   tool_seconds_prior=case.tool_latency_mean_s, move_latency_s=move_latency_s)
+                   weight_sync_s=0.0, predictor_spearman=predictor_spearman,
+                   prediction_latency_s=terms.prediction_latency_s if terms else 0.02,
+                   tool_seconds_prior=case.tool_latency_mean_s, move_latency_s=move_latency_s,
+                   delivery_latency_s=terms.delivery_latency_s if terms else 0.0,
+                   demoted_query_s=terms.demoted_query_s if terms else 0.0)
     return simulate(spec)
 
 
@@ -201,7 +210,8 @@ def _case_fields(case: bench.RolloutCase) -> dict[str, Any]:
 
 
 def replay(measured: dict[str, Any], cost: CostModel, rho: float, workdir: Path,
-           shape: ChatShape | None = None, move_latency_s: float = 0.0) -> dict[str, Any]:
+           shape: ChatShape | None = None, move_latency_s: float = 0.0,
+           terms: ControllerTerms | None = None) -> dict[str, Any]:
     """Per mode: each measured round of `measured` simulated on its own turns (or, for a JSON
     without them, the synthetic trace of its tasks, from `shape`) with `cost`, `rho` and
     `move_latency_s`, and the medians over rounds compared: time to the first batch, time to the N-th step, and the
@@ -216,7 +226,7 @@ def replay(measured: dict[str, Any], cost: CostModel, rho: float, workdir: Path,
         if shape is None and not all(r.get("trace") for r in measured_rounds):
             raise ValueError(f"{mode}: a measured round has no trace to replay")
         simulated = [simulate_round(case, cost, r.get("trace") or trace_rows(case, shape, prompts), mode,
-                                    workdir / "trace.jsonl", trainer_s, rho, move_latency_s)
+                                    workdir / "trace.jsonl", trainer_s, rho, move_latency_s, terms)
                      for r, prompts in zip(measured_rounds, rounds, strict=True)]
         out[mode] = {"replayed": "recorded" if all("trace" in r for r in measured_rounds) else "synthetic"}
         figures = (("first_batch", [r["time_to_first_batch_s"] for r in measured_rounds],
@@ -303,6 +313,8 @@ def run(quick: bool, measured: dict[str, Any] | None, case: bench.RolloutCase | 
     calibration = case_of(measured)
     rho = measured_spearman(measured)
     move_latency_s = measured_move_latency(measured)
+    recorded = all(r.get("timeline") for mode in MODES for r in measured[mode]["rounds"])
+    terms = fit_controller_terms(measured, MODES) if recorded else None
     fitted = measured["step_cost_model"]
     cost = CostModel(fitted["fixed_s"], fitted["token_s"], fitted["kv_token_s"], 0.0, calibration.kv_tokens_per_engine)
     with tempfile.TemporaryDirectory() as tmp:
@@ -312,14 +324,19 @@ def run(quick: bool, measured: dict[str, Any] | None, case: bench.RolloutCase | 
         result: dict[str, Any] = {
             "case": measured["case"], "trainer_step_s": measured["trainer"]["step_s"][str(calibration.headline_factor)],
             "predictor_spearman": rho, "move_latency_s": move_latency_s, "cost_model": fitted,
+            "controller_terms": terms.to_dict() if terms else "none: the calibration run has no timelines",
             "synthetic_workload": {"prompt_tokens_max": max(shape.prompt_tokens.values()),
                                    "shared_prompt_tokens": shape.shared_prompt_tokens, "obs_tokens": shape.obs_tokens,
                                    "turn_stop_probability": shape.stop_probability},
-            "in_sample": replay(measured, cost, rho, Path(tmp), shape, move_latency_s)}
+            "in_sample": replay(measured, cost, rho, Path(tmp), shape, move_latency_s, terms)}
         runs = {name: {"case": run_measured["case"], **replay(run_measured, cost, rho, Path(tmp),
-                                                              move_latency_s=move_latency_s)}
+                                                              move_latency_s=move_latency_s, terms=terms)}
                 for name, run_measured in validation_runs.items()}
         result["out_of_sample"] = runs
         if runs:
             result["out_of_sample_error"] = out_of_sample_error(runs)
+        if runs and terms is not None:  # the same runs replayed without them: what the terms change
+            result["out_of_sample_error_without_controller_terms"] = out_of_sample_error(
+                {name: replay(run_measured, cost, rho, Path(tmp), move_latency_s=move_latency_s)
+                 for name, run_measured in validation_runs.items()})
     return result
