@@ -18,8 +18,11 @@ trainer time: time to the first B groups and time to the N-th step.
    per round, and compare the medians over the rounds with the measured ones. A move between
    engines takes the mean time the calibration run's venus rounds measured for one
    (`measured_move_latency`): between engine processes its calls and copy cost tens of
-   milliseconds, where the KV bytes alone would cost microseconds.
-4. Out of sample: the cost model, the predictor's measured accuracy and the move latency
+   milliseconds, where the KV bytes alone would cost microseconds. The controller terms
+   (`bench/controller_terms.py`: each output an engine hands over between its steps, each
+   call on its loop, an output's delivery to the worker, venus's demoted-set query, the
+   prediction latency) are fitted on the calibration run's timeline the same way.
+4. Out of sample: the cost model, the predictor's measured accuracy, the move latency and the controller terms
    from the calibration run are used, unchanged, on runs with other tasks, a tighter KV
    budget and more slots per engine (`validation_cases`); `out_of_sample_error` is the error in
    time to the N-th step on those runs, per mode.
