@@ -86,7 +86,7 @@ def test_a_round_steps_the_weights_with_the_trainer_in_the_loop_and_discards_pas
 def test_a_round_records_its_turns_as_a_trace_the_simulator_replays(tmp_path):
     model_dir = make_tiny_model(tmp_path / "model", layers=1)
     prompts = tasks(SMALL, 0)
-    result = asyncio.run(_round(model_dir, SMALL, "action_level", 0.0, prompts, trace=True)).figures
+    result = asyncio.run(_round(model_dir, SMALL, "action_level", 0.0, prompts, record=True)).figures
     path = tmp_path / "trace.jsonl"
     path.write_text("\n".join(json.dumps(row) for row in result["trace"]))
     groups = read_trace(path)
@@ -95,7 +95,27 @@ def test_a_round_records_its_turns_as_a_trace_the_simulator_replays(tmp_path):
     for plan in (*groups[0], *groups[1]):
         assert plan.prompt_tokens > plan.shared_prompt_tokens > 0  # the system prompt and tools are shared
         assert len(plan.turns) >= 1 and all(1 <= t.gen_tokens <= SMALL.tokens_per_turn for t in plan.turns)
-    assert "trace" not in asyncio.run(_round(model_dir, SMALL, "action_level", 0.0, tasks(SMALL, 0))).figures
+    unrecorded = asyncio.run(_round(model_dir, SMALL, "action_level", 0.0, tasks(SMALL, 0))).figures
+    assert "trace" not in unrecorded and "timeline" not in unrecorded
+
+
+def test_a_recorded_round_keeps_its_timeline_on_one_clock(tmp_path):
+    """Every turn, every request the worker sent and every step each engine ran, in seconds
+    from the round's start: the turns' generated tokens are the requests' tokens, each
+    request's first output comes after it was sent, and the steps' outputs cover them."""
+    model_dir = make_tiny_model(tmp_path / "model", layers=1)
+    result = asyncio.run(_round(model_dir, SMALL, "action_level", 0.0, tasks(SMALL, 0), record=True)).figures
+    timeline = result["timeline"]
+    engines = timeline["engines"]
+    assert len(engines) == SMALL.engines and set(timeline["cpu_s"]) == {"rollout", "engines"}
+    requests = [r for e in engines for r in e["calls"]["requests"]]
+    assert all(r["called_s"] <= r["first_s"] <= r["last_s"] for r in requests if r["first_s"] is not None)
+    turns = [turn for t in timeline["turns"] for turn in t["turns"]]
+    assert all(0 <= started <= ended for started, ended, *_ in turns)
+    assert sum(r["tokens"] for r in requests) >= sum(turn[3] for turn in turns)
+    assert sum(sum(e["steps"]["decode_seqs"]) for e in engines) >= sum(r["tokens"] for r in requests)
+    assert all(set(e["waits_s"]) == {"idle_no_request_s", "idle_stalled_s", "calls_s"} for e in engines)
+    assert "update_weights" in {name for e in engines for name in e["calls"]["calls"]["name"]}
 
 
 def test_a_backend_that_counts_no_recompute_nor_waits_gets_no_waste_bound():

@@ -51,6 +51,7 @@ from rich.progress import Progress
 
 from venusrl.bench.breakdown import breakdown
 from venusrl.bench.report import emit
+from venusrl.bench.timeline import CallLog, TimedClient, process_cpu_s, step_columns, turn_rows
 from venusrl.bench.workload import HINT_NOISE, TURNS_EASY, TURNS_SIGMA, AgentTaskEnv, make_tasks
 from venusrl.coordinator.config import CoordinatorConfig, PredictorConfig
 from venusrl.coordinator.coordinator import DataCoordinator
@@ -131,17 +132,25 @@ SETUPS = {
 }
 MODES = tuple(SETUPS)
 BASELINES = ("action_level", "trajectory_level")
+WAIT_KINDS = ("idle_no_request_s", "idle_stalled_s", "calls_s")  # an engine's own account of its waits (`StepLog`)
 VARIANTS = {"venus": "", "venus_no_moves": "venus_no_moves_"}  # venus's modes -> prefix of their speedup keys
 
 
 class RecordingPredictor(BackgroundPredictor):
     """A background predictor that also keeps the examples it learned from and the
-    predictions it made (keyed by trajectory and tokens generated), for the accuracy figures."""
+    predictions it made (keyed by trajectory and tokens generated), for the accuracy figures,
+    and how long each took from its query to the worker's poll that took it (`latencies_s`)."""
 
     def __init__(self, predictor) -> None:
         super().__init__(predictor)
         self.examples: list[Example] = []
         self.predicted: dict[tuple[int, int], float] = {}
+        self.latencies_s: list[float] = []
+        self._asked: dict[tuple[int, int], float] = {}
+
+    def submit(self, query) -> None:
+        self._asked[(query.trajectory_id, query.generated_tokens)] = time.monotonic()
+        super().submit(query)
 
     def observe(self, examples) -> None:
         self.examples.extend(examples)
@@ -149,8 +158,10 @@ class RecordingPredictor(BackgroundPredictor):
 
     def poll(self):
         results = super().poll()
+        now = time.monotonic()
         for r in results:
             self.predicted[(r.trajectory_id, r.at_generated_tokens)] = r.remaining_tokens
+            self.latencies_s.append(now - self._asked.pop((r.trajectory_id, r.at_generated_tokens), now))
         return results
 
 
@@ -239,16 +250,22 @@ class RecordingClient:
 
 
 async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float, prompts: list[Prompt],
-                 predictor: BackgroundPredictor | None = None, trace: bool = False, placement: str = "in_process",
+                 predictor: BackgroundPredictor | None = None, record: bool = False, placement: str = "in_process",
                  temperature: float = 1.0, replies: dict | None = None) -> Round:
     """N training steps of `mode` with a trainer taking `trainer_s` per step; with `replies`,
-    every finished engine request's prompt and output go there. The engines' step logs come
-    over `EngineClient.steps_since` wherever they run (one host: their clocks compare)."""
+    every finished engine request's prompt and output go there; with `record`, the round's
+    figures carry its turns as trace rows and its timeline (`bench/timeline.py`). The engines'
+    step logs come over `EngineClient.steps_since` wherever they run (one host: their clocks
+    compare)."""
     setup = SETUPS[mode]
     async_engines = await _open_engines(model_dir, case, setup, placement)
+    pids = [getattr(getattr(e, "process", None), "pid", None) for e in async_engines]
     weights = load_model(model_dir).state_dict()
     if replies is not None:
         async_engines = [RecordingClient(e, replies) for e in async_engines]
+    call_logs = [CallLog() for _ in async_engines]
+    if record:
+        async_engines = [TimedClient(e, log) for e, log in zip(async_engines, call_logs, strict=True)]
     config = CoordinatorConfig(group_size=case.group_size, batch_groups=case.batch_groups,
                                async_factor=case.async_factor, max_version_span=case.max_version_span,
                                policy=setup.policy, prior_tool_seconds=case.tool_latency_mean_s,
@@ -265,6 +282,7 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
     optimizer_s = trainer_s * (1 - case.gradient_fraction)
     stop = asyncio.Event()
     at_start = [await e.stats() for e in async_engines]  # the idle the engines waited while starting
+    cpu_at_start = [time.process_time(), *map(process_cpu_s, pids)]
     started = time.monotonic()  # the engines' step logs' clock
     running = asyncio.create_task(worker.run(stop=stop))
     first_batch, step_done, trained, in_flight = None, [], [], 0
@@ -287,6 +305,8 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
             step_done.append(time.monotonic() - started)
         stats = [await e.stats() for e in async_engines]
         logs = [(await e.steps_since(0)).samples for e in async_engines]
+        cpu_s = [b - a if None not in (a, b) else None
+                 for a, b in zip(cpu_at_start, [time.process_time(), *map(process_cpu_s, pids)], strict=True)]
     finally:
         stop.set()
         await asyncio.gather(running, return_exceptions=True)
@@ -301,7 +321,7 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
     # the engines' own account of their waits (vLLM keeps none)
     waits = None if case.engine_backend == "vllm" else {
         kind: sum(getattr(b, kind) - getattr(a, kind) for a, b in zip(at_start, stats, strict=True))
-        for kind in ("idle_no_request_s", "idle_stalled_s", "calls_s")}
+        for kind in WAIT_KINDS}
     steps_after_first = [b - a for a, b in zip(step_done, step_done[1:], strict=False)]
     figures = {
         "time_to_last_step_s": step_done[-1],
@@ -335,9 +355,18 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         "engine_waits_s": waits,  # summed over engines, to when their stats were read
         "placement": _placement(case, placement),
     }
-    if trace:  # every group the round admitted, each once
+    if record:  # every group the round admitted, each once
         groups = {g.id: g for g in [*trained, *coordinator.untrained_groups(), *coordinator.running_groups()]}
         figures["trace"] = recorded_trace(groups.values())
+        figures["timeline"] = {
+            "turns": turn_rows(groups.values(), started),
+            "engines": [{"steps": step_columns(log, started), "calls": call_log.figures(started),
+                         "waits_s": {k: getattr(b, k) - getattr(a, k) for k in WAIT_KINDS}}
+                        for log, call_log, a, b in zip(logs, call_logs, at_start, stats, strict=True)],
+            # the rollout process (driver, coordinator, predictor thread), then each engine's
+            "cpu_s": {"rollout": cpu_s[0], "engines": cpu_s[1:]},
+            "prediction_latencies_s": [round(s, 6) for s in getattr(predictor, "latencies_s", [])],
+        }
     return Round(figures, samples)
 
 
@@ -451,11 +480,12 @@ FULL = RolloutCase(batch_groups=8, group_size=4, async_factor=1.5, engines=2, sl
                    repeats=3, other_factor_repeats=1)
 
 
-def run(quick: bool, trace: bool = False, case: RolloutCase | None = None, placement: str = "process") -> dict[str, Any]:
+def run(quick: bool, record: bool = False, case: RolloutCase | None = None, placement: str = "process") -> dict[str, Any]:
     """Every mode at every trainer factor, `case.repeats` times, interleaved, with the engines
     placed as `placement` (process: each in its own OS process, as engines on their own
-    accelerators run; in_process: threads of this one, sharing its GIL); with `trace`, each
-    round carries its turns as simulator trace rows (the validation replays them)."""
+    accelerators run; in_process: threads of this one, sharing its GIL); with `record`, each
+    round carries its turns as simulator trace rows and its timeline (the validation replays
+    them)."""
     case = case or (QUICK if quick else FULL)
     _check_backend(case)
     torch.set_num_threads(1)  # one core per engine thread
@@ -497,7 +527,7 @@ def run(quick: bool, trace: bool = False, case: RolloutCase | None = None, place
                     predictor = RecordingPredictor(make_predictor(trained)) if mode in VARIANTS else None
                     try:
                         cells[factor][mode].append(asyncio.run(_round(
-                            model_dir, case, mode, factor * batch_s, tasks(case, prompts_seed), predictor, trace,
+                            model_dir, case, mode, factor * batch_s, tasks(case, prompts_seed), predictor, record,
                             placement)))
                     finally:
                         if predictor is not None:

@@ -6,7 +6,7 @@ trainer time: time to the first B groups and time to the N-th step.
    rounds (each engine's step log, `EngineClient.steps_since`; by default each engine in its
    own process, so a step's time is not another engine's GIL wait). A step's shape is read from the batch its runner got (`batch_shape`), so cached prefix
    tokens are not counted as work.
-2. Workload: each measured round replays its own turns (`bench.run(trace=True)`). The random
+2. Workload: each measured round replays its own turns (`bench.run(record=True)`). The random
    model's turns are not the tasks' plan: a turn with a malformed tool call gets the parser's
    error as its observation, which costs a turn but no tool time and does not use up the
    task's turns. A given JSON without traces gets a synthetic trace of the same tasks:
@@ -18,11 +18,17 @@ trainer time: time to the first B groups and time to the N-th step.
    per round, and compare the medians over the rounds with the measured ones. A move between
    engines takes the mean time the calibration run's venus rounds measured for one
    (`measured_move_latency`): between engine processes its calls and copy cost tens of
-   milliseconds, where the KV bytes alone would cost microseconds.
-4. Out of sample: the cost model, the predictor's measured accuracy and the move latency
+   milliseconds, where the KV bytes alone would cost microseconds. The controller terms
+   (`bench/controller_terms.py`: each output an engine hands over between its steps, each
+   call on its loop, an output's delivery to the worker, venus's demoted-set query, the
+   prediction latency) are fitted on the calibration run's timeline the same way.
+4. Out of sample: the cost model, the predictor's measured accuracy, the move latency and the controller terms
    from the calibration run are used, unchanged, on runs with other tasks, a tighter KV
-   budget and more slots per engine (`validation_cases`), each measured now; `out_of_sample_error` is the error in
+   budget and more slots per engine (`validation_cases`); `out_of_sample_error` is the error in
    time to the N-th step on those runs, per mode.
+5. Replay: with a measured dir (`--measured-dir`, `bench/measured_runs.py`) the calibration and
+   validation runs are saved there when measured, and read from there instead of measured when
+   it holds them, so the simulator can be checked again and again against the same runs.
 
 The bench's baselines have no host tier (the training default), unlike the scenarios' slime
 and rollflash: the engine's host tier would need the bench's modes to configure one.
@@ -30,17 +36,21 @@ and rollflash: the engine's host tier would need the bench's modes to configure 
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
 import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from venusrl.bench import measured_runs as runs_on_disk
 from venusrl.bench import rollout as bench
 from venusrl.bench import workload as tasks
+from venusrl.bench.controller_terms import ControllerTerms
+from venusrl.bench.controller_terms import fit as fit_controller_terms
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
 from venusrl.model.conversation import Conversation
@@ -56,6 +66,7 @@ from venusrl.types import Prompt
 # The benchmark's modes (`bench.rollout.SETUPS`) as the simulator's systems: the baselines on
 # LRU with no group priority, venus on tiers + demotion; no host tier (the training default).
 MODES = {"trajectory_level": "slime", "action_level": "rollflash", "venus": "venus"}
+CALIBRATION = "calibration"  # the fitted run's name in a measured dir
 
 
 @dataclass(slots=True, frozen=True)
@@ -107,10 +118,14 @@ def chat_shape(model_dir: Path, case: bench.RolloutCase, prompts: list[Prompt]) 
 
 
 def simulate_round(case: bench.RolloutCase, cost: CostModel, rows: list[dict[str, Any]], mode: str, trace: Path,
-                   trainer_s: float, predictor_spearman: float, move_latency_s: float = 0.0) -> SimResult:
+                   trainer_s: float, predictor_spearman: float, move_latency_s: float = 0.0,
+                   terms: ControllerTerms | None = None) -> SimResult:
     """One benchmark round of `mode` simulated replaying `rows`, with the benchmark's trainer
     (`trainer_s` per step, streamed as the bench streams it), the predictor's measured
-    accuracy and the measured time of a move between engine processes."""
+    accuracy, the measured time of a move between engine processes and the controller
+    terms fitted on the calibration run (None: none, and a prediction takes 20 ms)."""
+    if terms is not None:
+        cost = replace(cost, output_s=terms.output_s, call_s=terms.call_s)
     write_trace(trace, rows)
     trainer = TrainerCost(token_s=0.0, step_s=trainer_s * (1 - case.gradient_fraction),
                           group_s=trainer_s * case.gradient_fraction / case.batch_groups)
@@ -120,8 +135,11 @@ def simulate_round(case: bench.RolloutCase, cost: CostModel, rows: list[dict[str
     spec = SimSpec(system(MODES[mode], overrides=cluster), workload=WorkloadConfig(group_size=case.group_size,
                    trace=str(trace)), model="tiny", generation_gpus=case.engines, steps=case.steps, quantum=1,
                    cost=replace(cost, kv_capacity_tokens=case.kv_tokens_per_engine), trainer=trainer,
-                   weight_sync_s=0.0, predictor_spearman=predictor_spearman, prediction_latency_s=0.02,
-                   tool_seconds_prior=case.tool_latency_mean_s, move_latency_s=move_latency_s)
+                   weight_sync_s=0.0, predictor_spearman=predictor_spearman,
+                   prediction_latency_s=terms.prediction_latency_s if terms else 0.02,
+                   tool_seconds_prior=case.tool_latency_mean_s, move_latency_s=move_latency_s,
+                   delivery_latency_s=terms.delivery_latency_s if terms else 0.0,
+                   demoted_query_s=terms.demoted_query_s if terms else 0.0)
     return simulate(spec)
 
 
@@ -151,14 +169,52 @@ def case_of(measured: dict[str, Any]) -> bench.RolloutCase:
     return bench.RolloutCase(**{**measured["case"], "trainer_factors": tuple(measured["case"]["trainer_factors"])})
 
 
+def measured_case(case: bench.RolloutCase) -> bench.RolloutCase:
+    """What `measure` runs of `case`: its headline trainer factor only."""
+    return replace(case, trainer_factors=(case.headline_factor,))
+
+
 def measure(case: bench.RolloutCase, quick: bool) -> dict[str, Any]:
-    """The bench at its headline trainer factor only, each round with its recorded turns
-    (`quick`: the predictor figures without the LM predictor)."""
-    return bench.run(quick, trace=True, case=replace(case, trainer_factors=(case.headline_factor,)))
+    """The bench at its headline trainer factor only, each round with its recorded turns and
+    timeline (`quick`: the predictor figures without the LM predictor)."""
+    return bench.run(quick, record=True, case=measured_case(case))
+
+
+def measured_runs(quick: bool, measured: dict[str, Any] | None, case: bench.RolloutCase | None,
+                  validations: dict[str, bench.RolloutCase] | None,
+                  measured_dir: Path | None) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The calibration run and the validation runs (default `validation_cases` of the
+    calibration's case): read from `measured_dir` where it holds them, else measured now
+    (the calibration taken from `measured` where given) and, with `measured_dir`, saved there."""
+    calibration_case = case or (bench.QUICK if quick else bench.FULL)
+    if measured_dir is not None and not runs_on_disk.is_empty(measured_dir):
+        if measured is not None:
+            raise runs_on_disk.MeasuredRunsError(
+                f"measured dir {measured_dir} holds runs already: give it or a bench JSON, not both")
+        calibration = runs_on_disk.load(measured_dir, CALIBRATION, _case_fields(measured_case(calibration_case)),
+                                        tuple(MODES))
+        expected = validations if validations is not None else validation_cases(case_of(calibration))
+        return calibration, {name: runs_on_disk.load(measured_dir, name, _case_fields(measured_case(c)), tuple(MODES))
+                             for name, c in expected.items()}
+    calibration = measured if measured is not None else measure(calibration_case, quick)
+    if measured_dir is not None:
+        runs_on_disk.save(measured_dir, CALIBRATION, calibration)
+    runs = {}
+    for name, validation in (validations if validations is not None else validation_cases(case_of(calibration))).items():
+        runs[name] = measure(validation, quick)
+        if measured_dir is not None:
+            runs_on_disk.save(measured_dir, name, runs[name])
+    return calibration, runs
+
+
+def _case_fields(case: bench.RolloutCase) -> dict[str, Any]:
+    """`case` as its bench JSON spells it."""
+    return json.loads(json.dumps(asdict(case)))
 
 
 def replay(measured: dict[str, Any], cost: CostModel, rho: float, workdir: Path,
-           shape: ChatShape | None = None, move_latency_s: float = 0.0) -> dict[str, Any]:
+           shape: ChatShape | None = None, move_latency_s: float = 0.0,
+           terms: ControllerTerms | None = None) -> dict[str, Any]:
     """Per mode: each measured round of `measured` simulated on its own turns (or, for a JSON
     without them, the synthetic trace of its tasks, from `shape`) with `cost`, `rho` and
     `move_latency_s`, and the medians over rounds compared: time to the first batch, time to the N-th step, and the
@@ -173,7 +229,7 @@ def replay(measured: dict[str, Any], cost: CostModel, rho: float, workdir: Path,
         if shape is None and not all(r.get("trace") for r in measured_rounds):
             raise ValueError(f"{mode}: a measured round has no trace to replay")
         simulated = [simulate_round(case, cost, r.get("trace") or trace_rows(case, shape, prompts), mode,
-                                    workdir / "trace.jsonl", trainer_s, rho, move_latency_s)
+                                    workdir / "trace.jsonl", trainer_s, rho, move_latency_s, terms)
                      for r, prompts in zip(measured_rounds, rounds, strict=True)]
         out[mode] = {"replayed": "recorded" if all("trace" in r for r in measured_rounds) else "synthetic"}
         figures = (("first_batch", [r["time_to_first_batch_s"] for r in measured_rounds],
@@ -243,8 +299,9 @@ def out_of_sample_error(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def run(quick: bool, measured: dict[str, Any] | None, case: bench.RolloutCase | None = None,
-        validations: dict[str, bench.RolloutCase] | None = None) -> dict[str, Any]:
-    """Fit on a calibration run (measured now, or the given bench JSON), validate out of sample.
+        validations: dict[str, bench.RolloutCase] | None = None, measured_dir: Path | None = None) -> dict[str, Any]:
+    """Fit on a calibration run (measured now, the given bench JSON, or read from
+    `measured_dir`), validate out of sample (`measured_runs`).
 
     In sample: the calibration run's rounds replayed with the cost model the bench fitted on
     its own engine steps (the figure the earlier validation gave). Out of sample: each run of
@@ -255,11 +312,12 @@ def run(quick: bool, measured: dict[str, Any] | None, case: bench.RolloutCase | 
     a turn but no tool time), so each round is simulated on what it ran. A given JSON without
     them gets the synthetic trace of its tasks."""
     torch.set_num_threads(1)
-    if measured is None:
-        measured = measure(case or (bench.QUICK if quick else bench.FULL), quick)
+    measured, validation_runs = measured_runs(quick, measured, case, validations, measured_dir)
     calibration = case_of(measured)
     rho = measured_spearman(measured)
     move_latency_s = measured_move_latency(measured)
+    recorded = all(r.get("timeline") for mode in MODES for r in measured[mode]["rounds"])
+    terms = fit_controller_terms(measured, MODES) if recorded else None
     fitted = measured["step_cost_model"]
     cost = CostModel(fitted["fixed_s"], fitted["token_s"], fitted["kv_token_s"], 0.0, calibration.kv_tokens_per_engine)
     with tempfile.TemporaryDirectory() as tmp:
@@ -269,16 +327,19 @@ def run(quick: bool, measured: dict[str, Any] | None, case: bench.RolloutCase | 
         result: dict[str, Any] = {
             "case": measured["case"], "trainer_step_s": measured["trainer"]["step_s"][str(calibration.headline_factor)],
             "predictor_spearman": rho, "move_latency_s": move_latency_s, "cost_model": fitted,
+            "controller_terms": terms.to_dict() if terms else "none: the calibration run has no timelines",
             "synthetic_workload": {"prompt_tokens_max": max(shape.prompt_tokens.values()),
                                    "shared_prompt_tokens": shape.shared_prompt_tokens, "obs_tokens": shape.obs_tokens,
                                    "turn_stop_probability": shape.stop_probability},
-            "in_sample": replay(measured, cost, rho, Path(tmp), shape, move_latency_s)}
-        runs = {}
-        for name, validation in (validations if validations is not None else validation_cases(calibration)).items():
-            run_measured = measure(validation, quick)
-            runs[name] = {"case": run_measured["case"], **replay(run_measured, cost, rho, Path(tmp),
-                                                                 move_latency_s=move_latency_s)}
+            "in_sample": replay(measured, cost, rho, Path(tmp), shape, move_latency_s, terms)}
+        runs = {name: {"case": run_measured["case"], **replay(run_measured, cost, rho, Path(tmp),
+                                                              move_latency_s=move_latency_s, terms=terms)}
+                for name, run_measured in validation_runs.items()}
         result["out_of_sample"] = runs
         if runs:
             result["out_of_sample_error"] = out_of_sample_error(runs)
+        if runs and terms is not None:  # the same runs replayed without them: what the terms change
+            result["out_of_sample_error_without_controller_terms"] = out_of_sample_error(
+                {name: replay(run_measured, cost, rho, Path(tmp), move_latency_s=move_latency_s)
+                 for name, run_measured in validation_runs.items()})
     return result

@@ -84,6 +84,7 @@ def simulate(
     jobs: Annotated[int, typer.Option(min=1, help="runs in parallel processes")] = 1,
     seeds: Annotated[int, typer.Option(min=1, help="run every case under this many seeds; medians of paired speedups")] = 1,
     measured: Annotated[Path | None, typer.Option(help="validate: `venusrl bench rollout --json` output (default: run it now)")] = None,
+    measured_dir: Annotated[Path | None, typer.Option(help="validate: the measured runs, read from here where it holds them, else measured now and saved here")] = None,
 ) -> None:
     """Project the system to a cluster with the real scheduling code and a cost model
     (scenarios paper-fig10, paper-table1, scale; `sensitivity`: Fig. 10's 32B batch-64 cell
@@ -91,9 +92,14 @@ def simulate(
     compares with the rollout bench)."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if scenario == "validate":
+        from venusrl.bench.measured_runs import MeasuredRunsError
         from venusrl.bench.sim_validation import run as validate
 
-        emit(validate(quick, json.loads(measured.read_text()) if measured else None), json_out)
+        try:
+            result = validate(quick, json.loads(measured.read_text()) if measured else None, measured_dir=measured_dir)
+        except MeasuredRunsError as err:
+            raise typer.BadParameter(str(err), param_hint="--measured-dir") from None
+        emit(result, json_out)
         return
     config = load_workload(workload) if workload else WorkloadConfig()
     result = run_scenario(scenario, quick, config, policy, jobs, seeds)

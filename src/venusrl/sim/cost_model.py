@@ -21,6 +21,12 @@ The last three terms are what long multi-turn contexts add to prefill:
   byte against the H100's ~300), so they hide under the pairs term.
 - a reload from the host tier: its bytes over PCIe and a fixed latency per load.
 
+Between two steps an engine hands over what the step sampled (`output_s` an output: building
+each output, posting it to its stream, an engine process sending it on): the engine is not
+stepping, and it is not a step's time either, so the fit of the steps cannot see it. The
+validation fits it on the calibration run's engine time between steps (`bench/controller_terms.py`),
+as it fits the time each call from the rollout side takes the engine's loop (`call_s`).
+
 The simulator runs the scheduler on "units" of `quantum` real tokens (see `SimEngine`), so
 one simulated iteration with any decode in it stands for `quantum` real decode steps.
 
@@ -95,6 +101,13 @@ class CostModel:
     attention_pair_s: float = 0.0  # per (query, key) pair of prefill attention
     prefix_read_token_s: float = 0.0  # per prefix token a prefill chunk reads
     reload_latency_s: float = 0.0  # per load from the host tier
+    # per output an engine hands over after a step (one a sampled sequence): the engine's time
+    # between its steps, not a step's (`handover_seconds`)
+    output_s: float = 0.0
+    # per call from the rollout side (add, abort, priority, trajectory start and release,
+    # demoted set, load, prefix export and import, weights): run on the engine's loop between
+    # its steps, it delays the next one (`SimEngine._call`)
+    call_s: float = 0.0
 
     def step_seconds(self, prefill_tokens: float, decode_seqs: float, kv_tokens: float) -> float:
         return self.fixed_s + self.token_s * (prefill_tokens + decode_seqs) + self.kv_token_s * kv_tokens
@@ -120,6 +133,13 @@ class CostModel:
             + self.reload_token_s * reload_units * q
             + self.reload_latency_s * loads
         )
+
+
+    def handover_seconds(self, quantum: int, sampled: int) -> float:
+        """The engine's time after a simulated iteration before it can start the next: handing
+        over the outputs of `sampled` sequences, each producing `quantum` real tokens (one
+        output a real step)."""
+        return self.output_s * sampled * quantum
 
 
 def attention_pairs(start: int, length: int) -> int:

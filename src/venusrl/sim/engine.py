@@ -62,6 +62,7 @@ class SimEngine:
     _pending_version: int | None = None
     _imports: list[tuple[list[int], str, Priority]] = field(default_factory=list)
     _running: bool = False  # an iteration is in flight or scheduled
+    _calls_s: float = 0.0  # the rollout side's calls made since the last step, to run before the next
 
     def __post_init__(self) -> None:
         self.scheduler = Scheduler(self.config)
@@ -72,44 +73,58 @@ class SimEngine:
                     priority: Priority, trajectory_id: str) -> None:
         self.scheduler.add_request(request_id, prompt_ids, SamplingParams(max_new_tokens=max_new_units),
                                    priority, trajectory_id)
+        self._call()
         self._wake()
 
     def abort(self, request_id: str) -> PartialOutput:
+        self._call()
         return self.scheduler.abort(request_id)
 
     # A queued trajectory change can free or unlock KV that a waiting request needs, so each
     # wakes an idle engine (the real engine steps while it has work).
     def start_trajectory(self, trajectory_id: str, priority: Priority) -> None:
         self.scheduler.start_trajectory(trajectory_id, priority)
+        self._call()
         self._wake_if_waiting()
 
     def release_trajectory(self, trajectory_id: str) -> None:
         self.scheduler.release_trajectory(trajectory_id)
+        self._call()
         self._wake_if_waiting()
 
     def set_priority(self, trajectory_id: str, priority: Priority) -> None:
         self.scheduler.set_priority(trajectory_id, priority)
+        self._call()
         self._wake_if_waiting()
 
     def update_weights(self, version: int) -> None:
         self._pending_version = version
+        self._call()
         self._wake()
 
     def queue_import(self, token_ids: list[int], trajectory_id: str, priority: Priority) -> None:
         """Adopt a migrated trajectory with the KV of `token_ids` (already copied over)."""
         self._imports.append((token_ids, trajectory_id, priority))
+        self._call()
         self._wake()
 
     def demoted_trajectories(self) -> frozenset[str]:
         """Trajectories residency-aware demotion has made LOW (ThunderAgent's paused programs)."""
-        return frozenset(map(str, self.scheduler.demoted_trajectories()))
+        self._call()
+        return self._demoted()
 
     def load(self) -> EngineLoad:
+        self._call()
         stats = self.scheduler.stats()
-        return EngineLoad(stats.high_pressure, stats.kv_capacity_tokens, self.demoted_trajectories())
+        return EngineLoad(stats.high_pressure, stats.kv_capacity_tokens, self._demoted())
 
     def cached_prefix_units(self, token_ids: list[int]) -> int:
+        """The prefix of `token_ids` cached here: what a move sends from this engine."""
+        self._call()
         return len(self.scheduler.cached_prefix_slots(token_ids))
+
+    def _demoted(self) -> frozenset[str]:
+        return frozenset(map(str, self.scheduler.demoted_trajectories()))
 
     # ---- iterations ------------------------------------------------------------------------
 
@@ -117,12 +132,24 @@ class SimEngine:
         if self.scheduler.waiting:
             self._wake()
 
+    def _call(self) -> None:
+        """A call from the rollout side runs on the engine's loop between its steps
+        (`CostModel.call_s`): while the engine steps it delays the next step; an idle engine
+        runs it while idle, unless the call wakes it (`_wake`)."""
+        if self._running:
+            self._calls_s += self.cost.call_s
+
     def _wake(self) -> None:
         if not self._running:
             self._running = True
+            self._calls_s = self.cost.call_s  # the call that woke it runs before its first step
             self.loop.after(0.0, self._iterate)
 
     def _iterate(self) -> None:
+        if self._calls_s > 0:  # the calls made since the last step run first (not busy: not a step)
+            calls, self._calls_s = self._calls_s, 0.0
+            self.loop.after(calls, self._iterate)
+            return
         stall = self._apply_boundary()
         batch = self.scheduler.schedule()
         for output in batch.finished:  # a lone request outgrew the pool
@@ -135,7 +162,8 @@ class SimEngine:
         seconds = stall + self._seconds(batch)
         self.totals.iterations += 1
         self.totals.busy_s += seconds
-        self.loop.after(seconds, lambda: self._complete(batch))
+        handover = self.cost.handover_seconds(self.quantum, sum(item.sample for item in batch.items))
+        self.loop.after(seconds, lambda: self._complete(batch, handover))
 
     def _apply_boundary(self) -> float:
         stall = 0.0
@@ -166,7 +194,10 @@ class SimEngine:
         self.totals.decode_units += len(contexts)
         return self.cost.iteration_seconds(self.quantum, prefill, contexts, sum(loads), chunks, len(loads))
 
-    def _complete(self, batch: Batch) -> None:
+    def _complete(self, batch: Batch, handover_s: float) -> None:
+        """The step's outputs go out as it ends; the next iteration starts once they are
+        handed over (`CostModel.handover_seconds`: not busy, as the engine's own step log
+        does not count it)."""
         requests = self.scheduler.requests
         sampled = {}
         for item in batch.items:
@@ -177,4 +208,7 @@ class SimEngine:
                 sampled[item.request_id] = next(self.token_ids)
         for output in self.scheduler.on_batch_done(batch, sampled):
             self.on_finished(self.index, output)
-        self._iterate()
+        if handover_s > 0:
+            self.loop.after(handover_s, self._iterate)
+        else:
+            self._iterate()

@@ -49,6 +49,11 @@ class SimSpec:
     # a move's time beyond its KV bytes: the calls that start it on the target, copy its prefix
     # and release it on the source (the validation sets the mean the bench measured)
     move_latency_s: float = 0.0
+    # the rollout side's round trips to its engines (the validation sets what the bench measured):
+    # a finished request's output from the engine to the worker, and a turn's ask for its engine's
+    # demoted set (made before it asks for a slot where the core wants it)
+    delivery_latency_s: float = 0.0
+    demoted_query_s: float = 0.0
     seed: int = 0
     cost: CostModel | None = None  # None: the preset of `model` at `tp`
     trainer: TrainerCost | None = None
@@ -174,7 +179,8 @@ def simulate(spec: SimSpec, progress: Callable[[float, int], None] | None = None
         plan_of=lambda t: workload.plan(t.prompt.metadata["index"], t.index, t.attempt),
         prompt_ids_of=prompt_ids_of, token_ids=token_ids, quantum=q, on_ready=on_ready,
         predictor=predictor, transfer_s_per_unit=q * kv_bytes / spec.network_bytes_per_s,
-        move_latency_s=spec.move_latency_s,
+        move_latency_s=spec.move_latency_s, delivery_latency_s=spec.delivery_latency_s,
+        demoted_query_s=spec.demoted_query_s,
     )  # fmt: skip
     worker_ref.append(worker)
     worker.start()

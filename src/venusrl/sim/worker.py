@@ -98,6 +98,8 @@ class SimWorker:
     orchestration_threshold: float = 0.9
     transfer_s_per_unit: float = 0.0  # host-to-host copy of one unit of prefix KV
     move_latency_s: float = 0.0  # a move's time beyond its KV bytes (`SimSpec.move_latency_s`)
+    delivery_latency_s: float = 0.0  # a finished request's output from its engine to the worker
+    demoted_query_s: float = 0.0  # a turn's ask for its engine's demoted set, answered
     counts: WorkerCounts = field(default_factory=WorkerCounts)
     live: dict[int, SimTrajectory] = field(default_factory=dict)
     core: RolloutCore = field(init=False)
@@ -193,8 +195,18 @@ class SimWorker:
             return
         t.phase = Phase.WAITING_SLOT
         asked = self.core.wants_demoted(t.id)
-        if asked is not None:  # demotions change per iteration: the engine says which hold now
-            self._act(self.core.demoted(asked, self.engines[asked].demoted_trajectories()))
+        if asked is None:
+            self._act(self.core.request_slot(t.id))
+        elif self.demoted_query_s > 0:  # the real worker awaits the engine's answer before it asks
+            t.pending = self.loop.after(self.demoted_query_s, lambda: self._ask_knowing_demoted(t, asked))
+        else:
+            self._ask_knowing_demoted(t, asked)
+
+    def _ask_knowing_demoted(self, t: SimTrajectory, engine: int) -> None:
+        """Demotions change per iteration: the engine says which hold now, then the turn asks
+        for its slot."""
+        t.pending = None
+        self._act(self.core.demoted(engine, self.engines[engine].demoted_trajectories()))
         self._act(self.core.request_slot(t.id))
 
     def _submit(self, t: SimTrajectory) -> None:
@@ -231,6 +243,14 @@ class SimWorker:
         t.into_turn += len(output.output_ids)
 
     def _on_request_finished(self, engine: int, output: PartialOutput) -> None:
+        if self.delivery_latency_s > 0:
+            self.loop.after(self.delivery_latency_s, lambda: self._delivered(output))
+        else:
+            self._delivered(output)
+
+    def _delivered(self, output: PartialOutput) -> None:
+        """A finished request's output reached the worker: its turn ends (unless it was
+        discarded meanwhile)."""
         t = self._by_request.get(output.request_id)
         if t is None:
             return
@@ -286,7 +306,8 @@ class SimWorker:
             return
         if t.request_id is not None:
             self._by_request.pop(t.request_id, None)
-            self._engine(t).abort(t.request_id)
+            if t.request_id in self._engine(t).scheduler.requests:  # else finished, its output on its way
+                self._engine(t).abort(t.request_id)
             t.request_id = None
         if t.pending is not None:
             t.pending.cancel()
