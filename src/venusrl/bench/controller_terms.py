@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-WAITS = ("idle_no_request_s", "idle_stalled_s", "calls_s")
+from venusrl.engine.step_log import WAITS
 
 
 @dataclass(slots=True, frozen=True)

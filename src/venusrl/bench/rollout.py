@@ -68,7 +68,7 @@ from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
 from venusrl.engine.process import EngineSpec
 from venusrl.engine.remote import spawn_engines
-from venusrl.engine.step_log import StepSample
+from venusrl.engine.step_log import WAITS, StepSample
 from venusrl.engine.vllm_connector import scoped_environ
 from venusrl.model.chat import load_tokenizer
 from venusrl.model.checkpoint import load_model
@@ -132,7 +132,6 @@ SETUPS = {
 }
 MODES = tuple(SETUPS)
 BASELINES = ("action_level", "trajectory_level")
-WAIT_KINDS = ("idle_no_request_s", "idle_stalled_s", "calls_s")  # an engine's own account of its waits (`StepLog`)
 VARIANTS = {"venus": "", "venus_no_moves": "venus_no_moves_"}  # venus's modes -> prefix of their speedup keys
 
 
@@ -318,10 +317,9 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
     end = started + step_done[-1]
     samples = [s for log in logs for s in log if s.ended_s <= end]
     tokens = _tokens(case, logs, stats, trained, coordinator, worker)
-    # the engines' own account of their waits (vLLM keeps none)
-    waits = None if case.engine_backend == "vllm" else {
-        kind: sum(getattr(b, kind) - getattr(a, kind) for a, b in zip(at_start, stats, strict=True))
-        for kind in WAIT_KINDS}
+    # each engine's own account of its waits over the round (vLLM keeps none)
+    engine_waits = [{k: getattr(b, k) - getattr(a, k) for k in WAITS} for a, b in zip(at_start, stats, strict=True)]
+    waits = None if case.engine_backend == "vllm" else {k: sum(w[k] for w in engine_waits) for k in WAITS}
     steps_after_first = [b - a for a, b in zip(step_done, step_done[1:], strict=False)]
     figures = {
         "time_to_last_step_s": step_done[-1],
@@ -360,9 +358,8 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         figures["trace"] = recorded_trace(groups.values())
         figures["timeline"] = {
             "turns": turn_rows(groups.values(), started),
-            "engines": [{"steps": step_columns(log, started), "calls": call_log.figures(started),
-                         "waits_s": {k: getattr(b, k) - getattr(a, k) for k in WAIT_KINDS}}
-                        for log, call_log, a, b in zip(logs, call_logs, at_start, stats, strict=True)],
+            "engines": [{"steps": step_columns(log, started), "calls": call_log.figures(started), "waits_s": w}
+                        for log, call_log, w in zip(logs, call_logs, engine_waits, strict=True)],
             # the rollout process (driver, coordinator, predictor thread), then each engine's
             "cpu_s": {"rollout": cpu_s[0], "engines": cpu_s[1:]},
             "prediction_latencies_s": [round(s, 6) for s in getattr(predictor, "latencies_s", [])],

@@ -15,6 +15,8 @@ from venusrl.engine.batch import ScheduledRequest
 
 # Steps an engine keeps (about 100 bytes each); older ones are dropped, oldest first.
 STEP_LOG_LIMIT = 200_000
+# The engine's own account of its time between steps (`StepLog`, reported in `EngineStats`).
+WAITS = ("idle_no_request_s", "idle_stalled_s", "calls_s")
 
 
 @dataclass(slots=True, frozen=True)
