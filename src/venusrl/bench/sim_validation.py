@@ -186,25 +186,22 @@ def measured_runs(quick: bool, measured: dict[str, Any] | None, case: bench.Roll
     """The calibration run and the validation runs (default `validation_cases` of the
     calibration's case): read from `measured_dir` where it holds them, else measured now
     (the calibration taken from `measured` where given) and, with `measured_dir`, saved there."""
-    calibration_case = case or (bench.QUICK if quick else bench.FULL)
-    if measured_dir is not None and not runs_on_disk.is_empty(measured_dir):
-        if measured is not None:
-            raise runs_on_disk.MeasuredRunsError(
-                f"measured dir {measured_dir} holds runs already: give it or a bench JSON, not both")
-        calibration = runs_on_disk.load(measured_dir, CALIBRATION, _case_fields(measured_case(calibration_case)),
-                                        tuple(MODES))
-        expected = validations if validations is not None else validation_cases(case_of(calibration))
-        return calibration, {name: runs_on_disk.load(measured_dir, name, _case_fields(measured_case(c)), tuple(MODES))
-                             for name, c in expected.items()}
-    calibration = measured if measured is not None else measure(calibration_case, quick)
-    if measured_dir is not None:
-        runs_on_disk.save(measured_dir, CALIBRATION, calibration)
-    runs = {}
-    for name, validation in (validations if validations is not None else validation_cases(case_of(calibration))).items():
-        runs[name] = measure(validation, quick)
+    reading = measured_dir is not None and not runs_on_disk.is_empty(measured_dir)
+    if reading and measured is not None:
+        raise runs_on_disk.MeasuredRunsError(
+            f"measured dir {measured_dir} holds runs already: give it or a bench JSON, not both")
+
+    def obtained(name: str, run_case: bench.RolloutCase, given: dict[str, Any] | None = None) -> dict[str, Any]:
+        if reading:
+            return runs_on_disk.load(measured_dir, name, _case_fields(measured_case(run_case)), tuple(MODES))
+        run = given if given is not None else measure(run_case, quick)
         if measured_dir is not None:
-            runs_on_disk.save(measured_dir, name, runs[name])
-    return calibration, runs
+            runs_on_disk.save(measured_dir, name, run)
+        return run
+
+    calibration = obtained(CALIBRATION, case or (bench.QUICK if quick else bench.FULL), measured)
+    expected = validations if validations is not None else validation_cases(case_of(calibration))
+    return calibration, {name: obtained(name, run_case) for name, run_case in expected.items()}
 
 
 def _case_fields(case: bench.RolloutCase) -> dict[str, Any]:
