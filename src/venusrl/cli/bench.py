@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from venusrl.cli.support import load_config_or_exit
+from venusrl.engine.vllm_connector import CONNECTORS
 
 bench_app = typer.Typer(help="Benchmarks; each writes its figures as JSON.", no_args_is_help=True)
 
@@ -136,7 +137,7 @@ def bench_rollout(
                                  param_hint="--engine-placement")
     if engine_backend not in (None, "ours", "vllm"):
         raise typer.BadParameter(f"{engine_backend!r}: choose ours or vllm", param_hint="--engine-backend")
-    if vllm_kv_connector not in (None, "auto", "nixl", "none"):
+    if vllm_kv_connector not in (None, *CONNECTORS):
         raise typer.BadParameter(f"{vllm_kv_connector!r}: choose auto, nixl or none", param_hint="--vllm-kv-connector")
     if engine_backend == "vllm" and head_dim is None:
         head_dim = 64
