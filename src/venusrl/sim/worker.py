@@ -157,6 +157,11 @@ class SimWorker:
     def _engine(self, t: SimTrajectory) -> SimEngine:
         return self.engines[self.core.engine_of[t.id]]
 
+    def _in_engine(self, t: SimTrajectory) -> bool:
+        """`t`'s request is still in its engine: submitted, and not finished in a batch whose
+        outputs are still on their way to the worker (`delivery_latency_s`)."""
+        return t.request_id is not None and t.request_id in self._engine(t).scheduler.requests
+
     # ---- one trajectory --------------------------------------------------------------------
     def _start(self, trajectory: Trajectory) -> None:
         plan = self.plan_of(trajectory)
@@ -227,7 +232,7 @@ class SimWorker:
         waits for a slot again (the slot scheduler queued it). Not submitted yet, or finished in
         the batch whose outputs are being delivered (its turn ends when its own comes): nothing
         to abort, as a real stream that ended before the preemption."""
-        if t.request_id is None or t.request_id not in self._engine(t).scheduler.requests:
+        if not self._in_engine(t):
             return
         partial = self._engine(t).abort(t.request_id)
         t.held_from = None  # a preempted hold is part of a turn only: not timed, as in the real worker
@@ -306,7 +311,7 @@ class SimWorker:
             return
         if t.request_id is not None:
             self._by_request.pop(t.request_id, None)
-            if t.request_id in self._engine(t).scheduler.requests:  # else finished, its output on its way
+            if self._in_engine(t):
                 self._engine(t).abort(t.request_id)
             t.request_id = None
         if t.pending is not None:
