@@ -40,7 +40,9 @@ from venusrl.types import Priority
 
 log = logging.getLogger(__name__)
 
-_ids = itertools.count()
+_ids = itertools.count()  # the export and pull requests' ids
+
+
 @dataclass(slots=True)
 class MoveGuard:
     """Moves and weight updates of one engine never overlap: a weight update clears vLLM's

@@ -134,7 +134,6 @@ class CostModel:
             + self.reload_latency_s * loads
         )
 
-
     def handover_seconds(self, quantum: int, sampled: int) -> float:
         """The engine's time after a simulated iteration before it can start the next: handing
         over the outputs of `sampled` sequences, each producing `quantum` real tokens (one
