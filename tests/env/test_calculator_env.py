@@ -25,6 +25,22 @@ def test_dataset_steps_vary_from_one_to_eight_and_answers_are_right():
         assert calculate(expression) == str(row["answer"])
 
 
+def test_operators_choose_the_operations_and_the_default_keeps_every_one():
+    rows = generate_dataset(200, seed=1, max_steps=3, operators=["+", "-"])
+    assert set("".join(r["operations"] for r in rows)) == {"+", "-"}
+    for row in rows:
+        assert row["question"].count("(") == len(row["operations"]) == row["steps"]
+        assert "*" not in row["question"]
+    assert set("".join(r["operations"] for r in generate_dataset(200, seed=1))) == {"+", "-", "*"}
+    assert {r["operations"] for r in generate_dataset(50, seed=2, max_steps=1, operators=("-",))} == {"-"}
+
+
+@pytest.mark.parametrize("operators", [[], ["+", "/"], ["-", "-"], "+-", None])
+def test_bad_operators_are_named(operators):
+    with pytest.raises(ValueError, match="operators: need a non-empty list of distinct operators"):
+        generate_dataset(4, operators=operators)
+
+
 @pytest.mark.parametrize(("expression", "expected"), [
     ("(3 + 4) * 5", "35"), ("7 / 2", "3.5"), ("-2 - 3", "-5"),
     ("1 / 0", "error: division by zero"), ("__import__('os')", "error: unsupported expression element Call"),

@@ -11,6 +11,7 @@ import json
 import operator
 import random
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from venusrl.env.base import DatasetRowError, Environment, Episode, StepResult
@@ -60,37 +61,54 @@ def calculate(expression: str) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
 
 
-def make_problem(rng: random.Random, steps: int, max_start: int = 20, max_operand: int = 50) -> dict[str, Any]:
-    """A chain of `steps` operations on small integers (the first number up to max_start,
-    added or subtracted ones up to max_operand, factors 2..9); integer answer by construction."""
+OPERATORS = ("+", "-", "*")  # what `make_problem` draws from; this order keeps the draws of earlier versions
+
+
+def make_problem(rng: random.Random, steps: int, max_start: int = 20, max_operand: int = 50,
+                 operators: Sequence[str] = OPERATORS) -> dict[str, Any]:
+    """A chain of `steps` operations drawn uniformly from `operators` on small integers (the
+    first number up to max_start, added or subtracted ones up to max_operand, factors 2..9);
+    integer answer by construction. `operations` lists the operators in evaluation order."""
     value = rng.randint(1, max_start)
-    text = str(value)
+    text, operations = str(value), ""
     for _ in range(steps):
-        op = rng.choice("+-*")
+        op = rng.choice(operators)
         operand = rng.randint(2, min(9, max(2, max_operand))) if op == "*" else rng.randint(1, max_operand)
         text = f"({text} {op} {operand})"
         value = {"+": value + operand, "-": value - operand, "*": value * operand}[op]
-    return {"question": f"Compute {text}.", "answer": value, "steps": steps}
+        operations += op
+    return {"question": f"Compute {text}.", "answer": value, "steps": steps, "operations": operations}
 
 
 def generate_dataset(count: int, seed: int = 0, min_steps: int = 1, max_steps: int = 8, max_start: int = 20,
-                     max_operand: int = 50, busy_fraction: float = 0.0) -> list[dict[str, Any]]:
-    """`count` problems of `min_steps`..`max_steps` operations (one tool call each); a
-    `busy_fraction` of them (drawn at random) have `busy_calls: 1`, the first call failing."""
+                     max_operand: int = 50, busy_fraction: float = 0.0,
+                     operators: Sequence[str] = OPERATORS) -> list[dict[str, Any]]:
+    """`count` problems of `min_steps`..`max_steps` operations (one tool call each) drawn from
+    `operators` (a list of distinct ones among + - *); a `busy_fraction` of them (drawn at
+    random) have `busy_calls: 1`, the first call failing."""
     if not 1 <= min_steps <= max_steps:
         raise ValueError(f"need 1 <= min_steps <= max_steps, got {min_steps}, {max_steps}")
     if max_start < 1 or max_operand < 1:
         raise ValueError(f"need max_start >= 1 and max_operand >= 1, got {max_start}, {max_operand}")
     if not 0.0 <= busy_fraction <= 1.0:
         raise ValueError(f"busy_fraction: need 0 <= busy_fraction <= 1, got {busy_fraction}")
+    check_operators(operators)
     rng = random.Random(seed)
     rows = []
     for i in range(count):
-        row = {"id": f"calc-{seed}-{i}", **make_problem(rng, rng.randint(min_steps, max_steps), max_start, max_operand)}
+        problem = make_problem(rng, rng.randint(min_steps, max_steps), max_start, max_operand, tuple(operators))
+        row = {"id": f"calc-{seed}-{i}", **problem}
         if busy_fraction > 0:  # drawn only then: rows without busy calls are those of earlier versions
             row["busy_calls"] = int(rng.random() < busy_fraction)
         rows.append({**row, "prompt": row["question"]})
     return rows
+
+
+def check_operators(operators: Any) -> None:
+    if (not isinstance(operators, list | tuple) or not operators or len(set(operators)) != len(operators)
+            or not all(op in OPERATORS for op in operators)):
+        raise ValueError(f"operators: need a non-empty list of distinct operators among {list(OPERATORS)}, "
+                         f"got {operators!r}")
 
 
 class CalculatorEnv(Environment):
@@ -130,11 +148,14 @@ def opening_messages(row: dict[str, Any]) -> list[dict[str, Any]]:
 GRADED_ANSWER = "Answer: {}"  # the form the system prompt asks for and `final_answer_matches` reads
 
 
-def demonstration(row: dict[str, Any], answer_form: str = GRADED_ANSWER) -> list[dict[str, Any]]:
+def demonstration(row: dict[str, Any], answer_form: str = GRADED_ANSWER,
+                  swap_subtraction: bool = False) -> list[dict[str, Any]]:
     """The chat a perfect agent has for a `generate_dataset` row: the opening messages, one
     assistant turn per operation in evaluation order (each a single `calculate` call on the
     previous results, as the agent loop records it), the tool results, then the result in
-    `answer_form` ('Answer: N' unless told otherwise)."""
+    `answer_form` ('Answer: N' unless told otherwise). With `swap_subtraction` the agent is a
+    careless one that calls every subtraction with its operands swapped ("7 - 3" as
+    "3 - 7") and answers with what the tool returned: the same format, the wrong number."""
     CalculatorEnv().check_row(row)
     expression = row["question"].removeprefix("Compute ").removesuffix(".")
     try:
@@ -149,6 +170,8 @@ def demonstration(row: dict[str, Any], answer_form: str = GRADED_ANSWER) -> list
         if not isinstance(node, ast.BinOp) or type(node.op) not in _SYMBOLS:
             raise ValueError(f"question {row['question']!r}: cannot demonstrate {ast.unparse(node)!r}")
         left, right = solve(node.left), solve(node.right)
+        if swap_subtraction and isinstance(node.op, ast.Sub):
+            left, right = right, left
         step = f"{left} {_SYMBOLS[type(node.op)]} {right}"
         call_id = f"call-{sum(m['role'] == 'tool' for m in messages)}_0"
         call = {"id": call_id, "type": "function",
