@@ -1,13 +1,15 @@
 """`make demo` must keep working and stay honest: held-out problems disjoint from the SFT
-and RL problems, demonstrations that never show the skill RL is to teach, and RL that
-raises held-out accuracy over the SFT model (the control)."""
+and RL problems, demonstrations from a teacher who gets the order of a subtraction's
+operands wrong in the configured share, and RL that raises held-out accuracy over the SFT
+model (the control)."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from venusrl.config import load_config
+from venusrl.config import ConfigError, load_config
 from venusrl.demo import UNGRADED_ANSWER, demonstrations, make_splits, run_demo
 from venusrl.env.base import Episode
 from venusrl.env.calculator import BUSY_ERROR, CalculatorEnv, demonstration, generate_dataset
@@ -15,7 +17,7 @@ from venusrl.model.tiny import make_tiny_model
 
 DEMO_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "demo.yaml"
 # the busy-tool task: the tool sometimes answers "busy", which no demonstration shows
-BUSY = ["demo.sft_ungraded_fraction=0", "data.generate_options.busy_fraction=0.5", "data.generate_options.max_steps=2",
+BUSY = ["demo.teacher_swap_fraction=0", "data.generate_options.busy_fraction=0.5", "data.generate_options.max_steps=2",
         "rollout.max_turns=5"]
 SMALL = ["demo.model_hidden=32", "demo.model_layers=1", "demo.sft_examples=8", "demo.sft_epochs=1",
          "data.generate_train=8", "data.generate_eval=4", "trainer.steps=2", "trainer.checkpoint_every_steps=1",
@@ -45,6 +47,47 @@ def test_demonstrations_never_meet_a_busy_tool_and_rl_and_eval_problems_do():
     assert {row["steps"] for row in splits.sft} == {1, 2}
 
 
+_QUESTION = re.compile(r"Compute \((\d+) ([+-]) (\d+)\)\.")  # a one-operation problem
+
+
+def _first_call(conversation):
+    return json.loads(conversation[2]["tool_calls"][0]["function"]["arguments"])["expression"]
+
+
+def test_the_imperfect_teacher_swaps_the_given_share_of_subtractions_and_no_addition():
+    config = load_config(DEMO_CONFIG)
+    splits = make_splits(config)
+    for rows in (splits.sft, splits.train, splits.held_out):  # half additions, half subtractions
+        assert 0.4 < sum(row["operations"] == "-" for row in rows) / len(rows) < 0.6
+    operands = {row["question"]: _QUESTION.fullmatch(row["question"]).groups() for row in splits.sft}
+    # a swap is visible only where the operands differ
+    rows, env = [row for row in splits.sft[:200] if len(set(operands[row["question"]])) == 3], CalculatorEnv()
+    conversations = demonstrations(rows, 0.0, seed=1, swap_fraction=config.demo.teacher_swap_fraction)
+    swapped = 0
+    for row, conversation in zip(rows, conversations, strict=True):
+        a, op, b = operands[row["question"]]
+        call, reward = _first_call(conversation), env.reward(Episode(row, conversation, "done"))
+        if call == f"{a} {op} {b}":
+            assert reward == 1.0
+        else:  # the careless teacher: the operands of a subtraction swapped, its wrong result answered
+            assert (op, call, reward) == ("-", f"{b} - {a}", 0.0)
+            assert conversation[-1]["content"] == f"Answer: {int(b) - int(a)}"
+            swapped += 1
+    assert swapped == round(config.demo.teacher_swap_fraction * sum(row["operations"] == "-" for row in rows))
+    assert demonstrations(rows, 0.0, seed=1, swap_fraction=0.0) == [demonstration(row) for row in rows]
+
+
+@pytest.mark.parametrize("fraction", ["1", "-0.1"])
+def test_a_teacher_swap_fraction_outside_0_to_1_is_named(fraction):
+    with pytest.raises(ConfigError, match="demo.teacher_swap_fraction"):
+        load_config(DEMO_CONFIG, [f"demo.teacher_swap_fraction={fraction}"])
+
+
+def test_bad_operators_are_named_as_the_config_key():
+    with pytest.raises(ValueError, match=r"data.generate_options: operators: .* got \['\+', '/'\]"):
+        make_splits(load_config(DEMO_CONFIG, ["data.generate_options.operators=[+, /]"]))
+
+
 def test_too_small_a_problem_space_for_disjoint_held_out_problems_is_named():
     config = load_config(DEMO_CONFIG, ["data.generate_options.max_start=2", "data.generate_options.max_operand=2"])
     with pytest.raises(ValueError, match="data.generate_eval"):
@@ -57,11 +100,12 @@ def test_demo_runs_end_to_end_small(tmp_path):
     assert summary["parity_max_abs_diff"] < 1e-4
     assert summary["steps"] == 2 and summary["scheduler"] == "venus"
     for evaluation in (summary["before"], summary["after"]):
-        assert set(evaluation) >= {"greedy", "sampled", "by_busy_calls"}
+        assert set(evaluation) >= {"greedy", "sampled", "by_operations"} and "by_busy_calls" not in evaluation
+        assert sum(group["prompts"] for group in evaluation["by_operations"].values()) == 4
         for decoding in ("greedy", "sampled"):
             graded, any_form = evaluation[decoding]["graded"], evaluation[decoding]["any_form"]
             assert 0.0 <= graded <= any_form <= 1.0  # the graded form is one of the forms
-    assert summary["accuracy_after"] == summary["after"]["greedy"]["graded"]
+    assert summary["accuracy_after"] == summary["after"]["sampled"]["graded"]
     assert summary["gain_over_control"] == pytest.approx(summary["accuracy_after"] - summary["accuracy_before"])
     assert summary["wall_s"] >= summary["train_wall_s"] > 0
     run_dir = Path(summary["run_dir"])

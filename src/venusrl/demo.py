@@ -1,17 +1,20 @@
 """`venusrl demo` (behind `make demo`): the whole product on a tiny model, on CPU, with RL
-teaching a skill that supervised warm-starting leaves undone.
+improving on what supervised warm-starting leaves undone.
 
 1. Build a tiny Qwen3-architecture model (random weights, byte-level tokenizer) and check
    our forward pass against transformers on it.
 2. Warm-start it with SFT on calculator demonstrations (one tool call, then 'Answer: N'
-   with the tool's result). The demonstrations come from a tool that never failed.
+   with the tool's result) from an imperfect teacher: `demo.teacher_swap_fraction` of the
+   subtractions are called with the operands swapped, so the SFT model samples both orders.
 3. Train it with GRPO through multi-turn tool use with `venusrl train`'s loop (streaming
-   trainer, rollout engine, coordinator, the configured scheduler) on problems where the
-   tool sometimes answers with a transient error (`data.generate_options.busy_fraction`).
-   The skill to learn from the reward alone: call the tool again.
+   trainer, rollout engine, coordinator, the configured scheduler). The reward (the right
+   answer in the graded form) tells the two orders apart; what to learn from it alone: call
+   a subtraction in the order it is written. (`data.generate_options.busy_fraction` gives
+   the other task: a tool that sometimes answers with a transient error, never demonstrated.)
 4. Evaluate the SFT model (the control: 0 RL steps) and the RL-trained model on held-out
    problems disjoint from the SFT and RL problems: greedy and sampled, graded form and any
-   form, with and without the transient error. Everything goes to RUN_DIR/summary.json.
+   form, per operator (and with and without the transient error). Everything goes to
+   RUN_DIR/summary.json.
 """
 
 from __future__ import annotations
@@ -46,8 +49,12 @@ from venusrl.trainer.sft import sft_examples, train_sft
 
 log = logging.getLogger(__name__)
 UNGRADED_ANSWER = "The result is {}."  # right number, but not the form the grader reads
-HEADLINE = ("greedy", "graded")  # the figure `make demo` leads with: greedy decoding, graded form
-BREAKDOWN = "busy_calls"  # eval figures per value: 0 (the tool answers), 1 (the first call fails)
+# the figure `make demo` leads with: sampled (T=1) decoding, graded form. Greedy decoding
+# hides what RL changes in the imperfect-teacher task: it picks the teacher's majority order.
+HEADLINE = ("sampled", "graded")
+# row fields the eval figures are broken down by, where the rows have them: the operators
+# ("+", "-"), and busy_calls 0 (the tool answers) or 1 (the first call fails)
+BREAKDOWNS = ("operations", "busy_calls")
 
 
 @dataclass(frozen=True)
@@ -95,11 +102,12 @@ def warm_start(config: Config, progress: bool = True) -> WarmStart:
                   f"max |logit difference| vs transformers {max_diff:.1e}")
     splits = make_splits(config)
     write_splits(splits, workdir / "data")
-    conversations = demonstrations(splits.sft, demo.sft_ungraded_fraction, demo.sft_seed)
+    conversations = demonstrations(splits.sft, demo.sft_ungraded_fraction, demo.sft_seed, demo.teacher_swap_fraction)
     examples = sft_examples(load_tokenizer(base_dir), conversations, [CALCULATE_TOOL])
     sft = train_sft(base_dir, sft_dir, examples, epochs=demo.sft_epochs, lr=demo.sft_learning_rate,
                     batch_size=demo.sft_batch_size, seed=config.run.seed, progress=progress)
-    console.print(f"[bold]sft[/] {len(examples)} demonstrations (the tool never busy) x {demo.sft_epochs} epochs "
+    console.print(f"[bold]sft[/] {len(examples)} demonstrations (the tool never busy, "
+                  f"{demo.teacher_swap_fraction:.0%} of subtractions called swapped) x {demo.sft_epochs} epochs "
                   f"in {sft['seconds']:.0f}s, loss per epoch {', '.join(f'{x:.3f}' for x in sft['loss_per_epoch'])}")
     return WarmStart(sft_dir, splits, sft, max_diff)
 
@@ -155,8 +163,9 @@ def evaluate(model_dir: Path, config: Config, splits: Splits) -> dict:
     prompts = [prompt_from_row(dict(row), f"held-out row {i}", f"held-out-{i}") for i, row in enumerate(splits.held_out)]
     console = Console(stderr=True)
     console.print(f"[bold]evaluating[/] {model_dir} on {len(prompts)} held-out problems (greedy and sampled)")
+    breakdowns = [field for field in BREAKDOWNS if any(field in row for row in splits.held_out)]
     result = evaluate_model(model_dir, config, prompts, samples=config.demo.eval_samples, seed=config.run.seed,
-                            scorers={"any_form": final_number_matches}, breakdown=BREAKDOWN)
+                            scorers={"any_form": final_number_matches}, breakdowns=breakdowns)
     console.print(f"  greedy graded {result['greedy']['graded']:.3f}, sampled graded {result['sampled']['graded']:.3f}, "
                   f"greedy any form {result['greedy']['any_form']:.3f}")
     return result
@@ -167,12 +176,12 @@ def make_splits(config: Config) -> Splits:
     seed `data.generate_seed`) and `data.generate_eval` held-out problems whose questions
     appear in neither: drawn from seed `generate_seed + 1` onwards, repeats skipped."""
     options, data = dict(config.data.generate_options), config.data
-    sft = generate_dataset(config.demo.sft_examples, seed=config.demo.sft_seed, **{**options, "busy_fraction": 0.0})
-    train = generate_dataset(data.generate_train, seed=data.generate_seed, **options)
+    sft = _generate(config.demo.sft_examples, config.demo.sft_seed, {**options, "busy_fraction": 0.0})
+    train = _generate(data.generate_train, data.generate_seed, options)
     seen = {row["question"] for row in sft + train}
     held_out: list[dict[str, Any]] = []
     for seed in range(data.generate_seed + 1, data.generate_seed + 1 + _HELD_OUT_DRAWS):
-        for row in generate_dataset(max(4 * data.generate_eval, 64), seed=seed, **options):
+        for row in _generate(max(4 * data.generate_eval, 64), seed, options):
             if row["question"] not in seen:
                 seen.add(row["question"])
                 held_out.append({**row, "id": f"held-out-{len(held_out)}"})
@@ -185,19 +194,34 @@ def make_splits(config: Config) -> Splits:
 _HELD_OUT_DRAWS = 16  # seeds tried for held-out problems before the problem space counts as used up
 
 
+def _generate(count: int, seed: int, options: dict[str, Any]) -> list[dict[str, Any]]:
+    """`generate_dataset` rows; a bad option is named as the config key it came from."""
+    try:
+        return generate_dataset(count, seed=seed, **options)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"data.generate_options: {err}") from None
+
+
 def write_splits(splits: Splits, directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for name, rows in (("sft", splits.sft), ("train", splits.train), ("held_out", splits.held_out)):
         (directory / f"{name}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
-def demonstrations(rows: list[dict], ungraded_fraction: float, seed: int) -> list[list[dict]]:
+def demonstrations(rows: list[dict], ungraded_fraction: float, seed: int,
+                   swap_fraction: float = 0.0) -> list[list[dict]]:
     """One demonstration per row; `ungraded_fraction` of them (at random) end in the ungraded
-    form, as if from an annotator who did not follow the system prompt."""
+    form, as if from an annotator who did not follow the system prompt, and `swap_fraction`
+    of those with a subtraction (at random) call it with the operands swapped, as if from a
+    careless teacher (their answers are wrong). Both counts are exact (rounded)."""
+    rng = random.Random(seed)
     ungraded = round(ungraded_fraction * len(rows))
     forms = [UNGRADED_ANSWER] * ungraded + [GRADED_ANSWER] * (len(rows) - ungraded)
-    random.Random(seed).shuffle(forms)
-    return [demonstration(row, form) for row, form in zip(rows, forms, strict=True)]
+    rng.shuffle(forms)  # first, so the forms are drawn as they were before swaps existed
+    subtractions = [i for i, row in enumerate(rows) if "-" in row.get("operations", "")]
+    swapped = set(rng.sample(subtractions, round(swap_fraction * len(subtractions))))
+    return [demonstration(row, form, swap_subtraction=i in swapped)
+            for i, (row, form) in enumerate(zip(rows, forms, strict=True))]
 
 
 @torch.no_grad()
@@ -223,9 +247,11 @@ def _print_summary(summary: dict) -> None:
         for score in ("graded", "any_form"):
             console.print(f"  {decoding:7s} {score:8s} accuracy {before[decoding][score]:.3f} -> "
                           f"{after[decoding][score]:.3f}")
-    for value, label in (("0", "tool answers"), ("1", "tool busy first")):
-        if value in before.get(f"by_{BREAKDOWN}", {}):
-            console.print(f"  greedy graded, {label:15s}: {before[f'by_{BREAKDOWN}'][value]['greedy']['graded']:.3f} -> "
-                          f"{after[f'by_{BREAKDOWN}'][value]['greedy']['graded']:.3f}")
+    for field in BREAKDOWNS:
+        for value, group in before.get(f"by_{field}", {}).items():
+            console.print(f"  {field} {value!r:5s} ({group['prompts']} problems): "
+                          + "; ".join(f"{decoding} graded {group[decoding]['graded']:.3f} -> "
+                                      f"{after[f'by_{field}'][value][decoding]['graded']:.3f}"
+                                      for decoding in ("greedy", "sampled")))
     console.print(f"[bold]gain over the control[/] ({summary['headline']}) {summary['gain_over_control']:+.3f}; "
                   f"whole demo {summary['wall_s']:.0f}s; run directory {summary['run_dir']}")

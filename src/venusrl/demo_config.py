@@ -23,6 +23,10 @@ class DemoConfig(Section):
     sft_ungraded_fraction: float = Field(
         0.0, ge=0.0, le=1.0,
         description="demonstrations that end 'The result is N.', a form the grader does not accept")
+    teacher_swap_fraction: float = Field(
+        0.0, ge=0.0, lt=1.0,
+        description="demonstrations with a subtraction that call it with the operands swapped and answer the wrong "
+                    "number (an imperfect teacher); below 1, so the right order is demonstrated at all")
     sft_model: str | None = Field(
         None, description="an SFT model directory (WORKDIR/sft of an earlier run of this config) to start RL from "
                           "instead of building and warm-starting one; the run then measures RL seeds on one warm start")

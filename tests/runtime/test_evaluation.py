@@ -1,5 +1,5 @@
 """Held-out evaluation: greedy and sampled rollouts through the agent loop, scored by the
-reward and extra scorers, overall and per value of a row field."""
+reward and extra scorers, overall and per value of each of some row fields."""
 
 import pytest
 
@@ -23,15 +23,17 @@ def _setup(model_dir):
 def test_figures_per_decoding_score_and_group_and_the_same_seed_gives_the_same_figures(tiny_model_dir):
     config, prompts = _setup(tiny_model_dir)
     result = evaluate_model(tiny_model_dir, config, prompts, samples=2, seed=5,
-                            scorers={"any_form": final_number_matches}, breakdown="busy_calls")
+                            scorers={"any_form": final_number_matches}, breakdowns=("busy_calls", "operations"))
     assert result["prompts"] == 6 and result["sampled_per_prompt"] == 2
     for decoding in ("greedy", "sampled"):
         assert set(result[decoding]) == {"graded", "any_form"}
         assert 0.0 <= result[decoding]["graded"] <= result[decoding]["any_form"] <= 1.0
     groups = result["by_busy_calls"]
     assert sum(g["prompts"] for g in groups.values()) == 6 and set(groups) <= {"0", "1"}
-    assert evaluate_model(tiny_model_dir, config, prompts, samples=2, seed=5,
-                          scorers={"any_form": final_number_matches}, breakdown="busy_calls") == result
+    operators = result["by_operations"]
+    assert sum(g["prompts"] for g in operators.values()) == 6 and set(operators) <= {"+", "-", "*"}
+    assert evaluate_model(tiny_model_dir, config, prompts, samples=2, seed=5, scorers={"any_form": final_number_matches},
+                          breakdowns=("busy_calls", "operations")) == result
 
 
 def test_no_held_out_prompts_is_an_error(tiny_model_dir):

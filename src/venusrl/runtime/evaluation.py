@@ -1,8 +1,8 @@
 """Held-out evaluation of a model directory: one greedy rollout and `samples` sampled ones
 (at the rollout temperature) per prompt through the environment's agent loop, on our engine
 in this process. Each episode is scored by the environment's reward (the graded form) and
-by any extra scorers (the right answer in any form, say), overall and per value of a row
-field (problems with and without a transient tool error, say).
+by any extra scorers (the right answer in any form, say), overall and per value of each
+of some row fields (the operators, or problems with and without a transient tool error).
 
 Each sampled turn draws from its own stream, seeded by `seed`, the rollout and the turn's
 context length (the engine offsets it by the position in the output): the figures do not
@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,26 +41,26 @@ Scorer = Callable[[Episode], bool]
 class ScoredEpisode:
     prompt_id: str
     decoding: str  # "greedy" or "sampled"
-    group: str  # the value of the breakdown field, as text ("" without one)
+    groups: dict[str, str]  # the value of each breakdown field, as text ("" where the row has none)
     scores: dict[str, float]  # "graded" (the reward) and one per extra scorer
     turns: int
 
 
 def evaluate_model(model_dir: Path, config: Config, prompts: list[Prompt], *, samples: int = 1, seed: int = 0,
-                   scorers: dict[str, Scorer] | None = None, breakdown: str | None = None) -> dict[str, Any]:
+                   scorers: dict[str, Scorer] | None = None, breakdowns: Sequence[str] = ()) -> dict[str, Any]:
     """Accuracy per decoding ("greedy", "sampled") and score ("graded", then `scorers`), and
-    the same per value of the row field `breakdown`: {"greedy": {"graded": 0.5, ...},
-    "sampled": {...}, "by_<breakdown>": {"<value>": {"greedy": {...}, ...}}, "prompts": N}."""
+    the same per value of each row field in `breakdowns`: {"greedy": {"graded": 0.5, ...},
+    "sampled": {...}, "by_<field>": {"<value>": {"greedy": {...}, ..., "prompts": n}}, "prompts": N}."""
     if not prompts:
         raise ValueError("evaluation needs at least one held-out prompt")
-    episodes = asyncio.run(_rollouts(model_dir, config, prompts, samples, seed, scorers or {}, breakdown))
+    episodes = asyncio.run(_rollouts(model_dir, config, prompts, samples, seed, scorers or {}, breakdowns))
     result: dict[str, Any] = {**_accuracies(episodes), "prompts": len(prompts), "sampled_per_prompt": samples,
                               "seed": seed, "mean_turns": sum(e.turns for e in episodes) / len(episodes)}
-    if breakdown is not None:
-        groups = sorted({e.group for e in episodes})
-        result[f"by_{breakdown}"] = {g: {**_accuracies([e for e in episodes if e.group == g]),
-                                         "prompts": sum(e.group == g and e.decoding == "greedy" for e in episodes)}
-                                     for g in groups}
+    for field in breakdowns:
+        groups = sorted({e.groups[field] for e in episodes})
+        result[f"by_{field}"] = {g: {**_accuracies([e for e in episodes if e.groups[field] == g]),
+                                     "prompts": sum(e.groups[field] == g and e.decoding == "greedy" for e in episodes)}
+                                 for g in groups}
     return result
 
 
@@ -83,7 +83,7 @@ def _accuracies(episodes: list[ScoredEpisode]) -> dict[str, dict[str, float]]:
 
 
 async def _rollouts(model_dir: Path, config: Config, prompts: list[Prompt], samples: int, seed: int,
-                    scorers: dict[str, Scorer], breakdown: str | None) -> list[ScoredEpisode]:
+                    scorers: dict[str, Scorer], breakdowns: Sequence[str]) -> list[ScoredEpisode]:
     env_factory = environment_factory(config.rollout.environment)
     if env_factory.needs_sandbox:
         raise ValueError(f"rollout.environment {config.rollout.environment!r}: held-out evaluation of a model "
@@ -93,14 +93,14 @@ async def _rollouts(model_dir: Path, config: Config, prompts: list[Prompt], samp
                                 tokenizer))
     try:
         return await scored_episodes([engine], tokenizer, env_factory, config.rollout, prompts, samples=samples,
-                                     seed=seed, scorers=scorers, breakdown=breakdown)
+                                     seed=seed, scorers=scorers, breakdowns=breakdowns)
     finally:
         await engine.shutdown()
 
 
 async def scored_episodes(engines: list[EngineClient], tokenizer: ChatTokenizer, env_factory: Callable[[], Environment],
                           rollout: RolloutConfig, prompts: list[Prompt], *, samples: int = 0, seed: int = 0,
-                          scorers: dict[str, Scorer] | None = None, breakdown: str | None = None,
+                          scorers: dict[str, Scorer] | None = None, breakdowns: Sequence[str] = (),
                           sandboxes: SandboxController | None = None,
                           priority: Priority | None = None) -> list[ScoredEpisode]:
     """One greedy and `samples` sampled episodes per prompt, spread over `engines`, each scored
@@ -125,8 +125,8 @@ async def scored_episodes(engines: list[EngineClient], tokenizer: ChatTokenizer,
                 await sandbox.kill()
         episode = Episode(row, result.messages, result.finish_reason)
         scores = {"graded": result.reward, **{name: float(score(episode)) for name, score in (scorers or {}).items()}}
-        group = str(row.get(breakdown, "")) if breakdown is not None else ""
-        return ScoredEpisode(prompt.id, decoding, group, scores, len(result.turns))
+        groups = {field: str(row.get(field, "")) for field in breakdowns}
+        return ScoredEpisode(prompt.id, decoding, groups, scores, len(result.turns))
 
     jobs = [(p, "greedy", 0) for p in prompts] + [(p, "sampled", i) for p in prompts for i in range(samples)]
     return list(await asyncio.gather(*(one(n, *job) for n, job in enumerate(jobs))))
