@@ -47,6 +47,9 @@ def test_demonstrations_never_meet_a_busy_tool_and_rl_and_eval_problems_do():
     assert {row["steps"] for row in splits.sft} == {1, 2}
 
 
+# the imperfect-teacher task (results/demo-teacher/): half the problems subtractions, 45% of
+# their demonstrations with the operands swapped
+TEACHER = ["demo.sft_ungraded_fraction=0", "demo.teacher_swap_fraction=0.45", "data.generate_options.operators=[+, -]"]
 _QUESTION = re.compile(r"Compute \((\d+) ([+-]) (\d+)\)\.")  # a one-operation problem
 
 
@@ -55,7 +58,7 @@ def _first_call(conversation):
 
 
 def test_the_imperfect_teacher_swaps_the_given_share_of_subtractions_and_no_addition():
-    config = load_config(DEMO_CONFIG)
+    config = load_config(DEMO_CONFIG, TEACHER)
     splits = make_splits(config)
     for rows in (splits.sft, splits.train, splits.held_out):  # half additions, half subtractions
         assert 0.4 < sum(row["operations"] == "-" for row in rows) / len(rows) < 0.6

@@ -3,14 +3,16 @@ improving on what supervised warm-starting leaves undone.
 
 1. Build a tiny Qwen3-architecture model (random weights, byte-level tokenizer) and check
    our forward pass against transformers on it.
-2. Warm-start it with SFT on calculator demonstrations (one tool call, then 'Answer: N'
-   with the tool's result) from an imperfect teacher: `demo.teacher_swap_fraction` of the
-   subtractions are called with the operands swapped, so the SFT model samples both orders.
+2. Warm-start it with SFT on calculator demonstrations (one tool call, then the tool's
+   result). In `make demo`'s task `demo.sft_ungraded_fraction` of them end "The result is
+   N." instead of the graded 'Answer: N'. In the imperfect-teacher task
+   (`demo.teacher_swap_fraction`, results/demo-teacher/) that share of the subtractions are
+   called with the operands swapped, so the SFT model is to sample both orders.
 3. Train it with GRPO through multi-turn tool use with `venusrl train`'s loop (streaming
-   trainer, rollout engine, coordinator, the configured scheduler). The reward (the right
-   answer in the graded form) tells the two orders apart; what to learn from it alone: call
-   a subtraction in the order it is written. (`data.generate_options.busy_fraction` gives
-   the other task: a tool that sometimes answers with a transient error, never demonstrated.)
+   trainer, rollout engine, coordinator, the configured scheduler). What to learn from the
+   reward alone: the graded form, or the written operand order.
+   (`data.generate_options.busy_fraction` gives a third task: a tool that sometimes answers
+   with a transient error, never demonstrated.)
 4. Evaluate the SFT model (the control: 0 RL steps) and the RL-trained model on held-out
    problems disjoint from the SFT and RL problems: greedy and sampled, graded form and any
    form, per operator (and with and without the transient error). Everything goes to
@@ -50,7 +52,7 @@ from venusrl.trainer.sft import sft_examples, train_sft
 log = logging.getLogger(__name__)
 UNGRADED_ANSWER = "The result is {}."  # right number, but not the form the grader reads
 # the figure `make demo` leads with: sampled (T=1) decoding, graded form. Greedy decoding
-# hides what RL changes in the imperfect-teacher task: it picks the teacher's majority order.
+# hides what RL changes where the demonstrations are mixed: it picks their majority.
 HEADLINE = ("sampled", "graded")
 # row fields the eval figures are broken down by, where the rows have them: the operators
 # ("+", "-"), and busy_calls 0 (the tool answers) or 1 (the first call fails)
