@@ -131,3 +131,24 @@ def test_the_move_latency_is_the_mean_venus_measured_or_zero_when_it_was_not():
               {"move_s": {"count": 1, "mean": 0.02}}, {}]
     assert abs(validate.measured_move_latency({"venus": {"rounds": rounds}}) - 0.05) < 1e-12
     assert validate.measured_move_latency({"venus": {"rounds": [{}]}}) == 0.0
+
+
+def test_the_machine_speed_is_a_rounds_step_seconds_over_what_the_cost_model_prices_them():
+    """Hand computation: at fixed 1 ms + 0.1 ms a token + 1 us a KV token, a step of 10
+    prefill tokens prices 2 ms and a decode step of 2 sequences over 500 KV tokens 1.7 ms;
+    taking 3 ms and 5.1 ms they ran 8.1 / 3.7 as long. A step after the round's last step
+    (ended past `time_to_last_step_s`) is not the round's."""
+    cost = CostModel(fixed_s=1e-3, token_s=1e-4, kv_token_s=1e-6, reload_token_s=0.0, kv_capacity_tokens=1000)
+    steps = {"prefill_tokens": [10, 0, 0], "decode_seqs": [0, 2, 2], "kv_tokens": [0, 500, 500],
+             "seconds": [3e-3, 5.1e-3, 1.0], "ended_s": [0.5, 1.0, 9.0]}
+    measured_round = {"time_to_last_step_s": 2.0, "timeline": {"engines": [{"steps": steps}]}}
+    assert validate.machine_speed(measured_round, cost) == pytest.approx(8.1 / 3.7)
+
+
+def test_a_slowed_cost_model_prices_the_engines_work_factor_times_as_long():
+    cost = CostModel(fixed_s=1e-3, token_s=1e-4, kv_token_s=1e-6, reload_token_s=2e-6, kv_capacity_tokens=1000,
+                     output_s=1e-4, call_s=2e-4)
+    slow = validate.slowed(cost, 1.5)
+    assert slow.step_seconds(10, 2, 500) == pytest.approx(1.5 * cost.step_seconds(10, 2, 500))
+    assert (slow.handover_seconds(1, 4), slow.call_s) == pytest.approx((1.5 * cost.handover_seconds(1, 4), 3e-4))
+    assert slow.kv_capacity_tokens == 1000 and slow.reload_token_s == 2e-6, "not the machine's CPU work"

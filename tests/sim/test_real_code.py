@@ -105,3 +105,33 @@ def test_the_simulated_worker_calls_every_core_event_and_keeps_its_invariants(mo
     missing = {n for n in ("place", "wants_demoted", "demoted", "request_slot", "release_slot", "finish",
                            "policy_changed", "orchestrate", "arrived") if not calls[f"RolloutCore.{n}"]}
     assert not missing, missing
+
+
+def test_a_preempted_turn_reports_its_action_over_and_asks_anew_as_the_real_worker_does(monkeypatch):
+    """The real worker's turn, once its aborted stream returns, calls `release_slot` (which
+    takes it out of the queue the core put it in) and asks again through `_acquire`: the
+    simulated worker reports the same two events, in that order, for every preemption."""
+    events: list[tuple[str, int]] = []
+    for method in ("release_slot", "request_slot"):
+        original = getattr(core.RolloutCore, method)
+
+        def logged(self, trajectory_id, *args, _original=original, _method=method, **kwargs):
+            events.append((_method, trajectory_id))
+            return _original(self, trajectory_id, *args, **kwargs)
+
+        monkeypatch.setattr(core.RolloutCore, method, logged)
+    preempt = worker.SimWorker._preempt
+
+    def preempted(self, t):
+        if self._in_engine(t):
+            events.append(("preempted", t.id))
+            assert t.id in self.core.slots[self.core.engine_of[t.id]].waiting, "the core queued it"
+        preempt(self, t)
+
+    monkeypatch.setattr(worker.SimWorker, "_preempt", preempted)
+    assert simulate(small_spec("venus")).worker["preemptions"] > 0
+    for at, (event, trajectory_id) in enumerate(events):
+        if event == "preempted":
+            assert events[at + 1] == ("release_slot", trajectory_id), "reported with the abort, before anything else"
+            after = [e for e, t in events[at + 2:] if t == trajectory_id][:1]
+            assert after in (["request_slot"], []), after  # asks anew, unless it ended meanwhile

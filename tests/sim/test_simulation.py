@@ -56,7 +56,11 @@ def test_a_prompt_prefix_every_prompt_shares_is_computed_once_per_engine():
     shared = run.simulate(small_spec("+kv_residency", steps=1, workload=SMALL_WORKLOAD.model_copy(
         update={**prompts, "shared_prompt_tokens": 1500})))  # the whole prompt is the dataset's shared prefix
     assert shared.engine["hit_rate"] > own.engine["hit_rate"]
-    assert shared.engine["prefill_tokens"] < own.engine["prefill_tokens"] / 2
+    # A group's trajectories are spread over both engines: its own prompt is computed on each,
+    # where a shared one is computed once per engine, by the first group there; evictions
+    # recompute prompts in both runs, more where more distinct prompts compete for the pool.
+    groups, engines = own.coordinator["admitted"], own.engine["engines"]
+    assert own.engine["prefill_tokens"] - shared.engine["prefill_tokens"] >= (groups - 1) * engines * 1500
 
 
 def test_tokens_reloaded_from_the_host_tier_are_hits_not_recomputation():

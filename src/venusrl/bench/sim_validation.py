@@ -29,6 +29,12 @@ trainer time: time to the first B groups and time to the N-th step.
 5. Replay: with a measured dir (`--measured-dir`, `bench/measured_runs.py`) the calibration and
    validation runs are saved there when measured, and read from there instead of measured when
    it holds them, so the simulator can be checked again and again against the same runs.
+6. The machine's speed: a shared machine runs the same step shapes slower in some rounds than
+   in others (at 2 sequences over ~1,600 KV tokens, 0.7 ms in the calibration run and up to
+   2.2 ms in some validation rounds). The cost model is the calibration run's machine, so
+   `out_of_sample_error` carries that change; `out_of_sample_error_at_machine_speed` replays
+   each round with the engines' work priced at the speed its own steps ran (`machine_speed`),
+   the error without it (a diagnostic: the headline figure stays the calibration's alone).
 
 The bench's baselines have no host tier (the training default), unlike the scenarios' slime
 and rollflash: the engine's host tier would need the bench's modes to configure one.
@@ -51,6 +57,7 @@ from venusrl.bench import rollout as bench
 from venusrl.bench import workload as tasks
 from venusrl.bench.controller_terms import ControllerTerms
 from venusrl.bench.controller_terms import fit as fit_controller_terms
+from venusrl.bench.timeline import samples_of
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
 from venusrl.model.conversation import Conversation
@@ -119,13 +126,15 @@ def chat_shape(model_dir: Path, case: bench.RolloutCase, prompts: list[Prompt]) 
 
 def simulate_round(case: bench.RolloutCase, cost: CostModel, rows: list[dict[str, Any]], mode: str, trace: Path,
                    trainer_s: float, predictor_spearman: float, move_latency_s: float = 0.0,
-                   terms: ControllerTerms | None = None) -> SimResult:
+                   terms: ControllerTerms | None = None, machine_speed: float = 1.0) -> SimResult:
     """One benchmark round of `mode` simulated replaying `rows`, with the benchmark's trainer
     (`trainer_s` per step, streamed as the bench streams it), the predictor's measured
     accuracy, the measured time of a move between engine processes and the controller
-    terms fitted on the calibration run (None: none, and a prediction takes 20 ms)."""
+    terms fitted on the calibration run (None: none, and a prediction takes 20 ms), the
+    engines' work (steps, outputs, calls) priced `machine_speed` times as long."""
     if terms is not None:
         cost = replace(cost, output_s=terms.output_s, call_s=terms.call_s)
+    cost = slowed(cost, machine_speed)
     write_trace(trace, rows)
     trainer = TrainerCost(token_s=0.0, step_s=trainer_s * (1 - case.gradient_fraction),
                           group_s=trainer_s * case.gradient_fraction / case.batch_groups)
@@ -141,6 +150,28 @@ def simulate_round(case: bench.RolloutCase, cost: CostModel, rows: list[dict[str
                    delivery_latency_s=terms.delivery_latency_s if terms else 0.0,
                    demoted_query_s=terms.demoted_query_s if terms else 0.0)
     return simulate(spec)
+
+
+def slowed(cost: CostModel, factor: float) -> CostModel:
+    """`cost` on a machine `factor` times slower at the engines' CPU work: its steps, the
+    outputs handed over between them and the calls on their loops."""
+    return replace(cost, fixed_s=cost.fixed_s * factor, token_s=cost.token_s * factor,
+                   kv_token_s=cost.kv_token_s * factor, output_s=cost.output_s * factor, call_s=cost.call_s * factor)
+
+
+def machine_speed(measured_round: dict[str, Any], cost: CostModel) -> float:
+    """How many times as long the round's engines took for the steps they ran (to its last
+    optimizer step) as `cost` prices the same step shapes: the machine's speed during the
+    round relative to the calibration run's, read from its steps alone (their shapes are the
+    same work on any machine), never from the times the validation compares."""
+    end = measured_round["time_to_last_step_s"]
+    took = priced = 0.0
+    for engine in measured_round["timeline"]["engines"]:
+        for step in samples_of(engine["steps"]):
+            if 0 <= step.ended_s <= end:
+                took += step.seconds
+                priced += cost.step_seconds(step.prefill_tokens, step.decode_seqs, step.kv_tokens)
+    return took / priced if priced else 1.0
 
 
 def measured_spearman(measured: dict[str, Any]) -> float:
@@ -211,11 +242,13 @@ def _case_fields(case: bench.RolloutCase) -> dict[str, Any]:
 
 def replay(measured: dict[str, Any], cost: CostModel, rho: float, workdir: Path,
            shape: ChatShape | None = None, move_latency_s: float = 0.0,
-           terms: ControllerTerms | None = None) -> dict[str, Any]:
+           terms: ControllerTerms | None = None, at_machine_speed: bool = False) -> dict[str, Any]:
     """Per mode: each measured round of `measured` simulated on its own turns (or, for a JSON
     without them, the synthetic trace of its tasks, from `shape`) with `cost`, `rho` and
     `move_latency_s`, and the medians over rounds compared: time to the first batch, time to the N-th step, and the
-    breakdown's recomputed tokens, discarded trajectories and idle engine time."""
+    breakdown's recomputed tokens, discarded trajectories and idle engine time.
+    `at_machine_speed`: each round's engine work priced at the machine's speed during it
+    (`machine_speed`), a diagnostic that takes a slower or faster machine out of the error."""
     case = case_of(measured)
     trainer_s = measured["trainer"]["step_s"][str(case.headline_factor)]
     repeats = len(measured["venus"]["rounds"])
@@ -225,10 +258,13 @@ def replay(measured: dict[str, Any], cost: CostModel, rho: float, workdir: Path,
         measured_rounds = measured[mode]["rounds"]
         if shape is None and not all(r.get("trace") for r in measured_rounds):
             raise ValueError(f"{mode}: a measured round has no trace to replay")
+        speeds = [machine_speed(r, cost) if at_machine_speed else 1.0 for r in measured_rounds]
         simulated = [simulate_round(case, cost, r.get("trace") or trace_rows(case, shape, prompts), mode,
-                                    workdir / "trace.jsonl", trainer_s, rho, move_latency_s, terms)
-                     for r, prompts in zip(measured_rounds, rounds, strict=True)]
+                                    workdir / "trace.jsonl", trainer_s, rho, move_latency_s, terms, speed)
+                     for r, prompts, speed in zip(measured_rounds, rounds, speeds, strict=True)]
         out[mode] = {"replayed": "recorded" if all("trace" in r for r in measured_rounds) else "synthetic"}
+        if at_machine_speed:
+            out[mode]["machine_speed_per_repeat"] = [round(speed, 3) for speed in speeds]
         figures = (("first_batch", [r["time_to_first_batch_s"] for r in measured_rounds],
                     [s.time_to_first_batch_s for s in simulated]),
                    ("last_step", [r["time_to_last_step_s"] for r in measured_rounds], [s.sim_seconds for s in simulated]))
@@ -339,4 +375,11 @@ def run(quick: bool, measured: dict[str, Any] | None, case: bench.RolloutCase | 
             result["out_of_sample_error_without_controller_terms"] = out_of_sample_error(
                 {name: replay(run_measured, cost, rho, Path(tmp), move_latency_s=move_latency_s)
                  for name, run_measured in validation_runs.items()})
+        if runs and recorded:  # the same runs at the machine's speed during each round: the rest of the error
+            at_speed = {name: replay(run_measured, cost, rho, Path(tmp), move_latency_s=move_latency_s, terms=terms,
+                                     at_machine_speed=True)
+                        for name, run_measured in validation_runs.items()}
+            result["out_of_sample_error_at_machine_speed"] = out_of_sample_error(at_speed)
+            result["machine_speed"] = {name: {mode: run[mode]["machine_speed_per_repeat"] for mode in MODES}
+                                       for name, run in at_speed.items()}
     return result

@@ -192,15 +192,16 @@ def sensitivity(quick: bool, workload: WorkloadConfig, extra_policy: str | None 
     yield from _cell_under(rows, workload, extra_policy)
 
 
-# Turns merged by 8, 4 and 2 (each at a quantum that keeps a turn a few units long), the
-# scenarios' model and setting otherwise: does coarsening move the figures?
+# Turns merged by 8, 4 and 2, and not merged (1), each at a quantum that keeps a turn a few
+# units long, the scenarios' model and setting otherwise: does coarsening move the figures?
 COARSENING = {f"coarsen_{f.coarsen:g}": replace(_PAPER, fidelity=f)
-              for f in (QUICK, Fidelity(coarsen=4, quantum=128, steps=4), Fidelity(coarsen=2, quantum=64, steps=4))}
+              for f in (QUICK, Fidelity(coarsen=4, quantum=128, steps=4), Fidelity(coarsen=2, quantum=64, steps=4),
+                        Fidelity(coarsen=1, quantum=32, steps=4))}
 
 
 def coarsening(quick: bool, workload: WorkloadConfig, extra_policy: str | None = None) -> Iterator[Case]:
-    """The sensitivity cell with all cost terms and 64 slots at coarsening 8, 4 and 2 (quick:
-    8 and 4)."""
+    """The sensitivity cell with all cost terms and 64 slots at coarsening 8, 4, 2 and 1
+    (quick: 8 and 4)."""
     rows = list(COARSENING.items())
     yield from _cell_under(rows[:2] if quick else rows, workload, extra_policy)
 

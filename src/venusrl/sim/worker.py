@@ -228,17 +228,22 @@ class SimWorker:
         self._engine(t).add_request(t.request_id, t.token_ids, remaining, self.core.declared_priority(t.id), t.key)
 
     def _preempt(self, t: SimTrajectory) -> None:
-        """A HIGH turn took the slot of this LOW one: abort its request, keep its tokens; it
-        waits for a slot again (the slot scheduler queued it). Not submitted yet, or finished in
-        the batch whose outputs are being delivered (its turn ends when its own comes): nothing
-        to abort, as a real stream that ended before the preemption."""
+        """A HIGH turn took the slot of this LOW one: abort its request, keep its tokens, and
+        ask for a slot again as the real worker's turn does once its aborted stream returns:
+        it reports its action over (`release_slot`, which takes it out of the queue the core
+        put it in) and asks anew (`_request_slot`: the demoted-set query first where the slots
+        are full), so it queues behind the turns that asked meanwhile and a slot freed before
+        it asks goes to them. Not submitted yet, or finished in the batch whose outputs are
+        being delivered (its turn ends when its own comes): nothing to abort, as a real stream
+        that ended before the preemption."""
         if not self._in_engine(t):
             return
         partial = self._engine(t).abort(t.request_id)
         t.held_from = None  # a preempted hold is part of a turn only: not timed, as in the real worker
         self._take_output(t, partial)
-        t.phase = Phase.WAITING_SLOT
         self.counts.preemptions += 1
+        self._act(self.core.release_slot(t.id))
+        self._request_slot(t)
 
     def _take_output(self, t: SimTrajectory, output: PartialOutput) -> None:
         del self._by_request[output.request_id]
