@@ -213,9 +213,10 @@ def write_splits(splits: Splits, directory: Path) -> None:
 def demonstrations(rows: list[dict], ungraded_fraction: float, seed: int,
                    swap_fraction: float = 0.0) -> list[list[dict]]:
     """One demonstration per row; `ungraded_fraction` of them (at random) end in the ungraded
-    form, as if from an annotator who did not follow the system prompt, and `swap_fraction`
-    of those with a subtraction (at random) call it with the operands swapped, as if from a
-    careless teacher (their answers are wrong). Both counts are exact (rounded)."""
+    form, as if from an annotator who did not follow the system prompt; independently,
+    `swap_fraction` of the rows with a subtraction (at random) call it with the operands
+    swapped, as if from a careless teacher (their answers are wrong). Both counts are exact
+    (rounded)."""
     rng = random.Random(seed)
     ungraded = round(ungraded_fraction * len(rows))
     forms = [UNGRADED_ANSWER] * ungraded + [GRADED_ANSWER] * (len(rows) - ungraded)
