@@ -135,3 +135,27 @@ def test_a_preempted_turn_reports_its_action_over_and_asks_anew_as_the_real_work
             assert events[at + 1] == ("release_slot", trajectory_id), "reported with the abort, before anything else"
             after = [e for e, t in events[at + 2:] if t == trajectory_id][:1]
             assert after in (["request_slot"], []), after  # asks anew, unless it ended meanwhile
+
+
+def test_a_turn_moved_while_its_finished_output_is_on_its_way_ends_once_and_asks_at_its_next_turn(monkeypatch):
+    """A preemption that finds the turn's request finished, its output still on its way to
+    the worker, aborts nothing but leaves the turn queued in the core, which may move it as a
+    waiter. The output then ends the turn before the move lands: the landing must not ask a
+    slot for the ended turn (the coordinator would see that turn end twice); the next turn asks
+    on the target. Every such preemption is followed here by a move to the other engine."""
+    preempt, forced = worker.SimWorker._preempt, []
+
+    def preempted_then_moved(self, t):
+        on_its_way = t.request_id is not None and not self._in_engine(t)
+        preempt(self, t)
+        source = self.core.engine_of[t.id]
+        if on_its_way and t.id in self.core.slots[source].waiting:
+            move = core.Move(t.id, source, 1 - source)
+            self.core._commit_move(move)
+            forced.append(t.id)
+            self._act([move])
+
+    monkeypatch.setattr(worker.SimWorker, "_preempt", preempted_then_moved)
+    result = simulate(small_spec("venus", delivery_latency_s=1.0, move_latency_s=0.2))
+    assert forced, "no preemption found a turn's output on its way: the case is not exercised"
+    assert result.steps == 3

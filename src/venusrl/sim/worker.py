@@ -197,6 +197,7 @@ class SimWorker:
 
     def _request_slot(self, t: SimTrajectory) -> None:
         if t.id in self.core.moving:  # it asks on the target once its KV lands (`_arrive`), as the real worker
+            t.phase = Phase.MOVING
             return
         t.phase = Phase.WAITING_SLOT
         asked = self.core.wants_demoted(t.id)
@@ -356,7 +357,8 @@ class SimWorker:
         `source`, and arrive on `target` with the KV once it is copied."""
         exported = self.engines[source].cached_prefix_units(t.token_ids)
         self.engines[source].release_trajectory(t.key)
-        t.phase = Phase.MOVING
+        if t.request_id is None:  # else a preemption found its output on the way: that ends the turn (`_arrive`)
+            t.phase = Phase.MOVING
         t.moved_at = self.loop.now
         self.counts.migrations += 1
         self.counts.migrated_units += exported
@@ -366,10 +368,17 @@ class SimWorker:
                                     lambda: self._arrive(t, prefix))
 
     def _arrive(self, t: SimTrajectory, prefix: list[int]) -> None:
-        t.pending = None
+        """The prefix KV landed: the turn asks for a slot on the target. A turn preempted while
+        its finished output was on its way to the worker is moved as a waiter by the core, but
+        that output ends the turn (`_delivered`), before or after the move lands: its next turn
+        asks once it starts (`_request_slot`), not the landing."""
+        waiting = t.phase is Phase.MOVING
+        if waiting:
+            t.pending = None
         if not self.core.arrived(t.id):
             return
         self.core.move_took(self.loop.now - t.moved_at)
         if prefix:
             self._engine(t).queue_import(prefix, t.key, self.core.declared_priority(t.id))
-        self._request_slot(t)
+        if waiting:
+            self._request_slot(t)
