@@ -105,6 +105,10 @@ def test_a_turn_asks_for_its_slot_once_the_engine_told_its_demoted_set(monkeypat
 
 
 def _finish(name: str, seed: int, cost=SMALL_COST, **fields) -> float:
+    """The swaps below were found with fresh predictor noise at every query: the predictor's
+    trajectory share moves venus's small-cluster times by a few percent either way, and the
+    term's effect, not the predictor's, is under test."""
+    fields.setdefault("predictor_trajectory_share", 0.0)
     return run.simulate(small_spec(name, seed=seed, cost=cost, **fields)).sim_seconds
 
 

@@ -110,6 +110,51 @@ def test_the_predictor_has_the_rank_correlation_asked_for():
     assert exact.predict(1234) == pytest.approx(1234)
 
 
+def test_a_trajectorys_errors_are_correlated_as_its_share_says_and_the_correlation_with_truth_is_kept():
+    """Log errors: corr = share between two queries of one trajectory, 0 between trajectories,
+    the same total variance (so the same rank correlation over all queries) at any share."""
+    rng = np.random.default_rng(3)
+    truth = np.exp(rng.normal(6, 1, (3000, 4))).astype(int)  # 3,000 trajectories, 4 queries each
+    spread = log_spread(list(truth.ravel()))
+    ranks = lambda x: np.argsort(np.argsort(x))  # noqa: E731
+    sigma = spread * np.sqrt(1 / (2 * np.sin(np.pi * 0.7 / 6)) ** 2 - 1)  # the module's formula, by hand
+    for share in (0.0, 0.6, 0.9):
+        predictor = NoisyLengthPredictor(0.7, spread, seed=5, trajectory_share=share)
+        errors = np.array([[predictor.noise(tid) for _ in range(4)] for tid in range(3000)])
+        within = np.corrcoef(errors[:, 0], errors[:, 1])[0, 1]
+        across = np.corrcoef(errors[:-1, 0], errors[1:, 1])[0, 1]  # query 0 of one, query 1 of the next
+        assert abs(within - share) < 0.05
+        assert abs(across) < 0.05
+        assert errors.std() == pytest.approx(sigma, rel=0.05)
+        predicted = np.array([[predictor.predict(t, tid) for t in row] for tid, row in enumerate(truth)])
+        rho = np.corrcoef(ranks(truth.ravel()), ranks(predicted.ravel()))[0, 1]
+        assert abs(rho - 0.7) < 0.05
+
+
+@settings(max_examples=50, deadline=None)
+@given(share=st.floats(0.0, 1.0), seed=st.integers(0, 99), trajectory=st.integers(0, 10**6),
+       truth=st.floats(0, 1e6))
+def test_a_trajectorys_own_error_is_a_function_of_the_seed_and_the_trajectory_alone(share, seed, trajectory, truth):
+    """Every system simulated with one seed misjudges the same trajectories the same way,
+    whatever else was asked before; a share of 1 gives one prediction per remaining length."""
+    first = NoisyLengthPredictor(0.6, 1.0, seed=seed, trajectory_share=share)
+    second = NoisyLengthPredictor(0.6, 1.0, seed=seed, trajectory_share=share)
+    second.predict(123.0, trajectory + 1)  # another trajectory asked first
+    assert first.trajectory_noise(trajectory) == second.trajectory_noise(trajectory)
+    assert first.predict(truth, trajectory) >= 0
+    if share == 1.0:
+        assert first.predict(truth, trajectory) == first.predict(truth, trajectory)
+
+
+def test_no_trajectory_share_is_the_fresh_noise_of_every_query():
+    """Share 0 draws what the predictor drew before the share existed: the same stream."""
+    fresh = NoisyLengthPredictor(0.8, 1.5, seed=4)
+    shared = NoisyLengthPredictor(0.8, 1.5, seed=4, trajectory_share=0.0)
+    assert [fresh.predict(500.0) for _ in range(10)] == [shared.predict(500.0, tid) for tid in range(10)]
+    with pytest.raises(ValueError, match="trajectory_share"):
+        NoisyLengthPredictor(0.8, 1.5, trajectory_share=1.5)
+
+
 @settings(max_examples=50, deadline=None)
 @given(truth=st.floats(0, 1e6), spearman=st.floats(0.05, 1.0), spread=st.floats(0.1, 3.0), seed=st.integers(0, 99))
 def test_predictions_are_never_negative(truth, spearman, spread, seed):

@@ -25,7 +25,10 @@ trainer time: time to the first B groups and time to the N-th step.
 4. Out of sample: the cost model, the predictor's measured accuracy, the move latency and the controller terms
    from the calibration run are used, unchanged, on runs with other tasks, a tighter KV
    budget and more slots per engine (`validation_cases`); `out_of_sample_error` is the error in
-   time to the N-th step on those runs, per mode.
+   time to the N-th step on those runs, per mode. The predictor's errors are correlated over a
+   trajectory's turns with the simulator's fitted share (`sim.run.PREDICTOR_TRAJECTORY_SHARE`);
+   the breakdown compares the priorities sent to engines (`priority_changes`) with the
+   `set_priority` calls the engines logged.
 5. Replay: with a measured dir (`--measured-dir`, `bench/measured_runs.py`) the calibration and
    validation runs are saved there when measured, and read from there instead of measured when
    it holds them, so the simulator can be checked again and again against the same runs.
@@ -46,6 +49,7 @@ import json
 import random
 import statistics
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -63,7 +67,7 @@ from venusrl.engine.engine import Engine
 from venusrl.model.conversation import Conversation
 from venusrl.model.tiny import make_tiny_model
 from venusrl.sim.cost_model import CostModel
-from venusrl.sim.run import SimResult, SimSpec, simulate
+from venusrl.sim.run import PREDICTOR_TRAJECTORY_SHARE, SimResult, SimSpec, simulate
 from venusrl.sim.systems import system
 from venusrl.sim.trainer import TrainerCost
 from venusrl.sim.workload import WorkloadConfig
@@ -288,6 +292,19 @@ def replay(measured: dict[str, Any], cost: CostModel, rho: float, workdir: Path,
     return out
 
 
+def _set_priority_calls(measured_round: dict[str, Any]) -> int | None:
+    """The `set_priority` calls the round's engines logged up to its last optimizer step (each
+    priority the worker sent an engine); None for a round recorded without a timeline."""
+    timeline = measured_round.get("timeline")
+    if not timeline:
+        return None
+    end = measured_round["time_to_last_step_s"]
+    return sum(1 for engine in timeline["engines"]
+               for name, started in zip(engine["calls"]["calls"]["name"], engine["calls"]["calls"]["started_s"],
+                                        strict=True)
+               if name == "set_priority" and started <= end)
+
+
 # What makes a replay's recompute and idle differ from the measured round's: (name, the
 # measured round's key path, the simulated figure).
 REPLAYED_COUNTS = (
@@ -296,15 +313,18 @@ REPLAYED_COUNTS = (
     ("evicted_high_ref_tokens", ("evicted_tokens", "high_ref"), lambda s: s.engine["evicted_tokens"]["high_ref"]),
     ("preemptions", ("preemptions",), lambda s: s.worker["preemptions"]),
     ("migrations", ("migrations",), lambda s: s.worker["migrations"]),
+    ("priority_changes", _set_priority_calls, lambda s: s.worker["priority_changes"]),
 )
 
 
-def _median_of(rounds: list[dict[str, Any]], path: tuple[str, ...]) -> float | None:
-    """The median over measured rounds of the figure at `path`; None for a JSON recorded
-    before the bench reported it."""
+def _median_of(rounds: list[dict[str, Any]], path: tuple[str, ...] | Callable[[dict[str, Any]], Any]) -> float | None:
+    """The median over measured rounds of the figure at `path` (or that `path` computes from a
+    round); None for a JSON recorded before the bench reported it."""
     values = []
     for r in rounds:
-        for key in path:
+        if callable(path):
+            r = path(r)
+        for key in () if callable(path) else path:
             r = r.get(key) if isinstance(r, dict) else None
         if r is None:
             return None
@@ -359,7 +379,8 @@ def run(quick: bool, measured: dict[str, Any] | None, case: bench.RolloutCase | 
         shape = chat_shape(model_dir, calibration, [p for prompts in rounds for p in prompts])
         result: dict[str, Any] = {
             "case": measured["case"], "trainer_step_s": measured["trainer"]["step_s"][str(calibration.headline_factor)],
-            "predictor_spearman": rho, "move_latency_s": move_latency_s, "cost_model": fitted,
+            "predictor_spearman": rho, "predictor_trajectory_share": PREDICTOR_TRAJECTORY_SHARE,
+            "move_latency_s": move_latency_s, "cost_model": fitted,
             "controller_terms": terms.to_dict() if terms else "none: the calibration run has no timelines",
             "synthetic_workload": {"prompt_tokens_max": max(shape.prompt_tokens.values()),
                                    "shared_prompt_tokens": shape.shared_prompt_tokens, "obs_tokens": shape.obs_tokens,
@@ -380,6 +401,7 @@ def run(quick: bool, measured: dict[str, Any] | None, case: bench.RolloutCase | 
                                      at_machine_speed=True)
                         for name, run_measured in validation_runs.items()}
             result["out_of_sample_error_at_machine_speed"] = out_of_sample_error(at_speed)
+            result["out_of_sample_at_machine_speed"] = at_speed
             result["machine_speed"] = {name: {mode: run[mode]["machine_speed_per_repeat"] for mode in MODES}
                                        for name, run in at_speed.items()}
     return result

@@ -26,6 +26,14 @@ from venusrl.types import Group, Prompt, Trajectory
 log = logging.getLogger(__name__)
 
 
+# The share of the predictor's log error that is the trajectory's, the same at each of its
+# queries (`NoisyLengthPredictor.trajectory_share`; 0: fresh noise at every query). Fitted on the
+# calibration runs of the validation's two recordings: at 0.9 the simulated venus rounds send
+# their engines as many priorities as the real worker did (`set_priority` calls logged by the
+# engines), where fresh noise sends 17-63% more (results/sim-machine-speed/README.md).
+PREDICTOR_TRAJECTORY_SHARE = 0.9
+
+
 @dataclass(slots=True)
 class SimSpec:
     """One simulated run. The cluster's settings that the training config has (B, K's window,
@@ -43,6 +51,7 @@ class SimSpec:
     measure_from: int = 1  # throughput counts steps after this one (warm-up excluded)
     quantum: int = 64  # real tokens per simulated unit
     predictor_spearman: float = 0.98  # the paper's Fig. 16a
+    predictor_trajectory_share: float = PREDICTOR_TRAJECTORY_SHARE
     prediction_latency_s: float = 0.05
     weight_sync_s: float = 1.0
     network_bytes_per_s: float = 25e9  # host-to-host KV copy for migration
@@ -172,7 +181,8 @@ def simulate(spec: SimSpec, progress: Callable[[float, int], None] | None = None
     predictor = None
     if spec.system.uses_predictions:
         spread = log_spread([p.gen_tokens // q for p in sample])
-        predictor = NoisyLengthPredictor(spec.predictor_spearman, spread, spec.prediction_latency_s, spec.seed)
+        predictor = NoisyLengthPredictor(spec.predictor_spearman, spread, spec.prediction_latency_s, spec.seed,
+                                         spec.predictor_trajectory_share)
     kv_bytes = MODELS[spec.model].kv_bytes_per_token if spec.model in MODELS else 0
     worker = SimWorker(
         loop, coordinator, engines, spec.system, slots_per_engine,

@@ -77,6 +77,7 @@ class WorkerCounts:
     migrations: int = 0
     migrated_units: int = 0
     predictions: int = 0
+    priority_changes: int = 0  # priorities sent to an engine (the real engines log each `set_priority` call)
     discarded: int = 0
     finished: int = 0
 
@@ -143,6 +144,8 @@ class SimWorker:
                 if t is not None:
                     self._move(t, action.source, action.target)
                 continue
+            if isinstance(action, SetEnginePriority):  # the real worker sends it whether or not the turn is live
+                self.counts.priority_changes += 1
             t = self.live.get(action.trajectory)
             if t is None:
                 continue
@@ -184,7 +187,7 @@ class SimWorker:
         if t.phase is Phase.DONE:
             return
         if self.predictor is not None and self.system.uses_predictions:
-            predicted = self.predictor.predict(t.remaining_units)
+            predicted = self.predictor.predict(t.remaining_units, t.id)
             at = t.generated
             self.loop.after(self.predictor.latency_s, lambda: self._predicted(t, predicted, at))
         self._request_slot(t)
