@@ -1,7 +1,9 @@
 """Side by side: venus's end-to-end speedup (time to the last step) in the simulator before
 the cost terms of issue 22 (results/sim-integrated) and after (results/sim-cost-terms), with
-the paper's figure. Usage: python results/sim_cost_terms_compare.py [before_dir] [after_dir].
-Prints one markdown table per scenario (medians of per-seed paired ratios, as the tables)."""
+the paper's figure. Usage: python results/sim_cost_terms_compare.py [before_dir] [after_dir]
+[after_suffix] (the after files' names end in it, `-quick.json` by default: `-quick-final.json`
+for results/sim-machine-speed). Prints one markdown table per scenario (medians of per-seed
+paired ratios, as the tables)."""
 
 from __future__ import annotations
 
@@ -27,10 +29,10 @@ def fig10_paper(label: str) -> str:
     return f"{cell[0]:.2f}-{cell[1]:.2f}"
 
 
-def main(before_dir: Path, after_dir: Path) -> None:
+def main(before_dir: Path, after_dir: Path, after_suffix: str = "-quick.json") -> None:
     for name, others in (("fig10-quick.json", ("slime", "rollflash", "thunderagent")),
                          ("table1-quick.json", ("+priority", "+kv_residency", "+migration"))):
-        before, after = table(before_dir / name), table(after_dir / name)
+        before, after = table(before_dir / name), table(after_dir / name.replace("-quick.json", after_suffix))
         fig10 = name.startswith("fig10")
         print(f"\n### {name.removesuffix('-quick.json')} (quick)\n")
         what = "venus / {other}" if fig10 else "{other} / baseline"
@@ -51,5 +53,5 @@ def main(before_dir: Path, after_dir: Path) -> None:
 
 
 if __name__ == "__main__":
-    args = [Path(a) for a in sys.argv[1:]] or [Path("results/sim-integrated"), Path("results/sim-cost-terms")]
-    main(*args)
+    dirs = [Path(a) for a in sys.argv[1:3]] or [Path("results/sim-integrated"), Path("results/sim-cost-terms")]
+    main(*dirs, *sys.argv[3:4])
