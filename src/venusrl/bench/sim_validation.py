@@ -305,31 +305,33 @@ def _set_priority_calls(measured_round: dict[str, Any]) -> int | None:
                if name == "set_priority" and started <= end)
 
 
+def _at(*path: str) -> Callable[[dict[str, Any]], Any]:
+    """The measured round's figure at the key `path`; None for a JSON recorded before the
+    bench reported it."""
+    def figure(measured_round: dict[str, Any]) -> Any:
+        value: Any = measured_round
+        for key in path:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+    return figure
+
+
 # What makes a replay's recompute and idle differ from the measured round's: (name, the
-# measured round's key path, the simulated figure).
+# measured round's figure, the simulated figure).
 REPLAYED_COUNTS = (
-    ("dropped_at_weight_update_tokens", ("dropped_at_weight_update_tokens",),
+    ("dropped_at_weight_update_tokens", _at("dropped_at_weight_update_tokens"),
      lambda s: s.engine["dropped_at_weight_update_tokens"]),
-    ("evicted_high_ref_tokens", ("evicted_tokens", "high_ref"), lambda s: s.engine["evicted_tokens"]["high_ref"]),
-    ("preemptions", ("preemptions",), lambda s: s.worker["preemptions"]),
-    ("migrations", ("migrations",), lambda s: s.worker["migrations"]),
+    ("evicted_high_ref_tokens", _at("evicted_tokens", "high_ref"), lambda s: s.engine["evicted_tokens"]["high_ref"]),
+    ("preemptions", _at("preemptions"), lambda s: s.worker["preemptions"]),
+    ("migrations", _at("migrations"), lambda s: s.worker["migrations"]),
     ("priority_changes", _set_priority_calls, lambda s: s.worker["priority_changes"]),
 )
 
 
-def _median_of(rounds: list[dict[str, Any]], path: tuple[str, ...] | Callable[[dict[str, Any]], Any]) -> float | None:
-    """The median over measured rounds of the figure at `path` (or that `path` computes from a
-    round); None for a JSON recorded before the bench reported it."""
-    values = []
-    for r in rounds:
-        if callable(path):
-            r = path(r)
-        for key in () if callable(path) else path:
-            r = r.get(key) if isinstance(r, dict) else None
-        if r is None:
-            return None
-        values.append(r)
-    return statistics.median(values)
+def _median_of(rounds: list[dict[str, Any]], figure: Callable[[dict[str, Any]], Any]) -> float | None:
+    """The median over measured rounds of `figure`; None where a round lacks it."""
+    values = [figure(r) for r in rounds]
+    return None if any(v is None for v in values) else statistics.median(values)
 
 
 def validation_cases(case: bench.RolloutCase) -> dict[str, bench.RolloutCase]:
