@@ -111,9 +111,12 @@ def test_busy_fraction_marks_that_share_of_rows_and_leaves_problems_alone():
         generate_dataset(4, busy_fraction=1.5)
 
 
-def test_any_form_takes_the_right_number_in_any_wording_the_graded_form_only_its_own():
+def test_any_form_takes_the_right_number_in_any_wording_the_graded_form_only_its_own_ending_the_message():
     row = {"question": "Compute (2 + 3).", "answer": 5}
     for text, graded, any_form in (("Answer: 5", True, True), ("The result is 5.", False, True),
-                                   ("Answer: 6", False, False), ("error: busy", False, False)):
+                                   ("Answer: 6", False, False), ("error: busy", False, False),
+                                   ("Answer: 5.", True, True), ("I add them.\nAnswer: 5\n", True, True),
+                                   ("Answer: 5 3 7", False, False), ("Answer: 5\nAnswer: 9", False, False),
+                                   ("Answer: 5, or 6", False, False)):
         episode = Episode(row, [{"role": "assistant", "content": text}], "done")
         assert final_answer_matches(episode) is graded and final_number_matches(episode) is any_form

@@ -35,7 +35,9 @@ SYSTEM_PROMPT = (
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
               ast.Div: operator.truediv, ast.USub: operator.neg}
 _SYMBOLS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/"}
-_ANSWER = re.compile(r"Answer:\s*(-?\d+(?:\.\d+)?)")
+# 'Answer: N' must end the message (a full stop and whitespace may follow): a policy that
+# writes more numbers after its answer is not graded on the first one it wrote
+_ANSWER = re.compile(r"Answer:\s*(-?\d+(?:\.\d+)?)\.?\s*\Z")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 BUSY_ERROR = "error: calculator busy, try again"
 
@@ -186,7 +188,7 @@ def demonstration(row: dict[str, Any], answer_form: str = GRADED_ANSWER,
 
 
 def final_answer_matches(episode: Episode) -> bool:
-    """The last assistant message says 'Answer: N' with N equal to the row's answer."""
+    """The last assistant message ends with 'Answer: N', N equal to the row's answer."""
     final = next((m for m in reversed(episode.messages) if m["role"] == "assistant"), None)
     match = _ANSWER.search((final or {}).get("content") or "")
     return match is not None and abs(float(match.group(1)) - float(episode.row["answer"])) < 1e-6
