@@ -297,6 +297,76 @@ def test_a_move_whose_trajectory_ended_before_its_copy_began_does_nothing(tiny_m
     worker.core.check_invariants()
 
 
+@pytest.mark.parametrize("moved", [False, True])
+def test_a_turn_preempted_while_its_finished_output_is_on_its_way_ends_once_with_that_output(tiny_model_dir, moved):
+    """A LOW turn's request finishes in the engine, and before its task has handled the output
+    (the engine thread's hand-over, the stream, `_until_done_or`'s wait) a HIGH turn takes its
+    slot: the preemption aborts nothing, but the core queues the turn as a waiter, and an idle
+    engine may steal it (`moved`). That output ends the turn, once: the greedy tokens up to its
+    stop, no preemption counted and no second request past the stop (before, the turn resumed
+    and generated on), and no slot held or awaited for it; a move lands without asking a slot
+    and the next turn asks on the target. The preemption (and the steal) is forced as the
+    finished output leaves the engine's stream."""
+    from venusrl.model.generate import generate
+    from venusrl.rollout.core import Grant, Preempt
+    from venusrl.types import Priority, SamplingParams
+
+    engines = [Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=4096, page_size=1)) for _ in range(2)]
+    prompt = list(range(100, 140))
+    greedy = generate(engines[0].runner.model, prompt,
+                      SamplingParams(max_new_tokens=12, temperature=0, stop_token_ids=(-1,))).token_ids
+    stop = greedy[7]
+    expected = greedy[: greedy.index(stop) + 1]
+    requests = []  # (engine, trajectory) of every engine request
+
+    async def main():
+        async_engines = [AsyncEngine(e) for e in engines]
+        worker = RolloutWorker(DataCoordinator(CoordinatorConfig(group_size=1, batch_groups=1), prompts(1)),
+                               async_engines, engines[0].tokenizer, CalculatorEnv, RolloutConfig(), slots=1)
+        worker.core.declared_priority = lambda trajectory_id, policy=None: Priority.LOW if trajectory_id == 1 else Priority.HIGH
+        worker.core.place(1, engine=0), worker.core.place(2, engine=0)
+
+        def preempted_on_its_way():
+            actions = worker.core.request_slot(2)
+            assert actions == [Preempt(1, 0), Grant(2, 0, Priority.HIGH)] and 1 in worker.slots[0].waiting
+            worker._act(actions + (worker.core._steal_for(1) if moved else []))
+
+        for index, async_engine in enumerate(async_engines):
+            async def observed(prompt_ids, sampling, priority=None, trajectory_id=None,
+                               _generate=async_engine.generate, _index=index):
+                requests.append((_index, trajectory_id))
+                stream = _generate(prompt_ids, sampling, priority, trajectory_id)
+                try:
+                    async for output in stream:
+                        if output.finished and len(requests) == 1:
+                            preempted_on_its_way()
+                        yield output
+                finally:
+                    await stream.aclose()
+
+            async_engine.generate = observed
+        try:
+            turn = await asyncio.wait_for(worker._generate(prompt, SamplingParams(
+                max_new_tokens=12, temperature=0, stop_token_ids=(stop,)), "1"), timeout=120)
+            await asyncio.gather(*worker._moving.values())
+            landed = worker.migrations
+            asking = [index for index, s in enumerate(worker.slots) if 1 in s.holders or 1 in s.waiting]
+            worker.core.check_invariants()
+            short = SamplingParams(max_new_tokens=4, temperature=0, stop_token_ids=(-1,))
+            await asyncio.wait_for(worker._generate(prompt + turn.output_ids + [1, 2], short, "1"), timeout=120)
+            return turn, landed, asking, worker
+        finally:
+            for e in async_engines:
+                await e.shutdown()
+
+    turn, landed, asking, worker = asyncio.run(main())
+    assert turn.output_ids == expected and turn.finish_reason == "stop"
+    assert turn.preemptions == worker.preemptions == 0
+    assert landed == moved and not asking, "the landing asked no slot for the ended turn"
+    # the next turn asks on engine 1: moved there, or queued behind trajectory 2 and stolen
+    assert requests == [(0, "1"), (1, "1")] and worker.core.engine_of[1] == 1
+
+
 @pytest.mark.parametrize("program_aware", [False, True])
 def test_the_worker_schedules_through_the_rollout_core_and_keeps_its_invariants(tiny_model_dir, monkeypatch,
                                                                                 program_aware):

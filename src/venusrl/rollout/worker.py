@@ -325,7 +325,13 @@ class RolloutWorker:
                 self.tokens.cancelled += len(latest.output.output_ids) if latest.output else 0
                 raise
             del self._preempt[trajectory_id]
-            if not preempt.is_set():  # a preempted turn held its slot for part of a turn only
+            # A preemption can find the request finished in the engine, its output on its way
+            # here (the engine thread's hand-over, the stream): it aborted nothing, and that
+            # output ends the turn, once; resuming would generate past the turn's stop. The
+            # core has queued the turn as a waiter, maybe moved it: `release_slot` takes it out
+            # of the queue, and a move's landing only wakes its next turn's `_acquire`.
+            preempted = preempt.is_set() and not (last is not None and last.finished)
+            if not preempted:  # a preempted turn held its slot for part of a turn only
                 self.core.turn_held(self.clock() - held_from)
             self._act(self.core.release_slot(trajectory_id))
             if last is not None:
@@ -333,8 +339,8 @@ class RolloutWorker:
                 turn.output_ids += last.output_ids
                 turn.logprobs += last.logprobs
                 turn.weight_versions += last.weight_versions
-            turn.finish_reason = "abort" if preempt.is_set() else (last.finish_reason if last else "abort")
-            if preempt.is_set():
+            turn.finish_reason = "abort" if preempted else (last.finish_reason if last else "abort")
+            if preempted:
                 turn.preemptions += 1
                 self.preemptions += 1
                 log.info("trajectory %d preempted after %d tokens; resumes when a slot frees",
