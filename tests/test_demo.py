@@ -19,7 +19,7 @@ DEMO_CONFIG = Path(__file__).resolve().parents[1] / "examples" / "demo.yaml"
 # the busy-tool task: the tool sometimes answers "busy", which no demonstration shows
 BUSY = ["demo.teacher_swap_fraction=0", "data.generate_options.busy_fraction=0.5", "data.generate_options.max_steps=2",
         "rollout.max_turns=5"]
-SMALL = ["demo.model_hidden=32", "demo.model_layers=1", "demo.sft_examples=8", "demo.sft_epochs=1",
+SMALL = ["demo.model_hidden=32", "demo.model_layers=1", "demo.model_heads=2", "demo.model_kv_heads=1", "demo.sft_examples=8", "demo.sft_epochs=1",
          "data.generate_train=8", "data.generate_eval=4", "trainer.steps=2", "trainer.checkpoint_every_steps=1",
          "coordinator.group_size=2", "coordinator.batch_groups=2", "rollout.max_new_tokens_per_turn=16"]
 
@@ -47,9 +47,8 @@ def test_demonstrations_never_meet_a_busy_tool_and_rl_and_eval_problems_do():
     assert {row["steps"] for row in splits.sft} == {1, 2}
 
 
-# the imperfect-teacher task (results/demo-teacher/): half the problems subtractions, 45% of
-# their demonstrations with the operands swapped
-TEACHER = ["demo.sft_ungraded_fraction=0", "demo.teacher_swap_fraction=0.45", "data.generate_options.operators=[+, -]"]
+# the demo's task, the imperfect teacher (results/demo-teacher/): half the problems
+# subtractions, 45% of their demonstrations with the operands swapped
 _QUESTION = re.compile(r"Compute \((\d+) ([+-]) (\d+)\)\.")  # a one-operation problem
 
 
@@ -58,7 +57,8 @@ def _first_call(conversation):
 
 
 def test_the_imperfect_teacher_swaps_the_given_share_of_subtractions_and_no_addition():
-    config = load_config(DEMO_CONFIG, TEACHER)
+    config = load_config(DEMO_CONFIG)
+    assert (config.demo.teacher_swap_fraction, config.demo.sft_ungraded_fraction) == (0.45, 0.0)
     splits = make_splits(config)
     for rows in (splits.sft, splits.train, splits.held_out):  # half additions, half subtractions
         assert 0.4 < sum(row["operations"] == "-" for row in rows) / len(rows) < 0.6
@@ -121,11 +121,17 @@ def test_demo_runs_end_to_end_small(tmp_path):
 @pytest.mark.slow
 def test_rl_raises_held_out_accuracy_over_the_sft_model(tmp_path):
     """`make demo` itself, judged on held-out problems disjoint from SFT and RL problems:
-    RL raises the graded accuracy over the SFT model (the control), and the any-form figure
-    says what that gain is (the graded form; the SFT model already has the right number)."""
+    RL raises sampled graded accuracy over the SFT model (the control) by the 0.15 the demo
+    shows, and the gain is the skill the teacher got wrong (subtractions' operand order),
+    not the answer form (any form moves with graded) and not at the cost of additions."""
     summary = run_demo(load_config(DEMO_CONFIG, [f"demo.workdir={tmp_path}"]), progress=False)
-    assert summary["accuracy_after"] >= summary["accuracy_before"] + 0.5
-    assert summary["before"]["greedy"]["any_form"] > 0.9
+    before, after = summary["before"], summary["after"]
+    assert summary["gain_over_control"] >= 0.15
+    subtractions, additions = before["by_operations"]["-"], after["by_operations"]["+"]
+    assert after["by_operations"]["-"]["sampled"]["graded"] >= subtractions["sampled"]["graded"] + 0.2
+    assert additions["sampled"]["graded"] >= before["by_operations"]["+"]["sampled"]["graded"] - 0.05
+    for evaluation in (before, after):
+        assert evaluation["sampled"]["any_form"] - evaluation["sampled"]["graded"] < 0.05
 
 
 def test_rl_starts_from_a_reused_sft_model_and_a_missing_one_is_named(tmp_path):
