@@ -4,13 +4,14 @@ improving on what supervised warm-starting leaves undone.
 1. Build a tiny Qwen3-architecture model (random weights, byte-level tokenizer) and check
    our forward pass against transformers on it.
 2. Warm-start it with SFT on calculator demonstrations (one tool call, then the tool's
-   result). In `make demo`'s task `demo.sft_ungraded_fraction` of them end "The result is
-   N." instead of the graded 'Answer: N'. In the imperfect-teacher task
-   (`demo.teacher_swap_fraction`, results/demo-teacher/) that share of the subtractions are
-   called with the operands swapped, so the SFT model is to sample both orders.
+   result). In `make demo`'s task (the imperfect teacher, `demo.teacher_swap_fraction`,
+   results/demo-teacher/) that share of the subtractions are called with the operands
+   swapped, so the SFT model samples both orders. In the answer-form task
+   `demo.sft_ungraded_fraction` of them end "The result is N." instead of the graded
+   'Answer: N'.
 3. Train it with GRPO through multi-turn tool use with `venusrl train`'s loop (streaming
    trainer, rollout engine, coordinator, the configured scheduler). What to learn from the
-   reward alone: the graded form, or the written operand order.
+   reward alone: the written operand order, or the graded form.
    (`data.generate_options.busy_fraction` gives a third task: a tool that sometimes answers
    with a transient error, never demonstrated.)
 4. Evaluate the SFT model (the control: 0 RL steps) and the RL-trained model on held-out

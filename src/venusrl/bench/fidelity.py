@@ -1,5 +1,5 @@
 """`venusrl bench fidelity`: does the scheduler change what the model learns, or only how
-fast? The demo's task (SFT warm start, then GRPO where the tool is sometimes busy) trained
+fast? The demo's task (SFT warm start from an imperfect teacher, then GRPO) trained
 with each scheduler from the same SFT model on the same seeds; reported per scheduler:
 reward per step (the paper's Fig. 11), held-out accuracy before and after RL, and the
 weight versions trajectories span by length percentile with the longest 5%'s stale-discard
