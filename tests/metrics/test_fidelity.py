@@ -5,7 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from venusrl.metrics.fidelity import BIN_LABELS, Attempt, attempts, version_span_heatmap
-from venusrl.metrics.figures import draw_version_heatmaps
+from venusrl.metrics.figures import draw_reward_curves, draw_version_heatmaps
 
 run = st.lists(st.builds(Attempt, st.integers(1, 5000), st.one_of(st.none(), st.integers(0, 4))),
                min_size=1, max_size=200)
@@ -42,3 +42,10 @@ def test_heatmap_png_is_written(tmp_path):
     heatmap = version_span_heatmap([[Attempt(n, n % 3) for n in range(1, 50)]], max_version_span=2)
     draw_version_heatmaps({"venus": heatmap, "action_level": heatmap}, tmp_path / "h.png")
     assert (tmp_path / "h.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_reward_curves_png_is_written_one_line_per_seed(tmp_path):
+    curves = {"venus": {"seed 0": [(1, 0.5), (2, 0.75)], "seed 4": [(1, 0.25), (2, 0.5)]},
+              "action_level": {"seed 0": [(1, 0.5), (2, 0.5)], "seed 4": [(1, 0.0), (2, 0.25)]}}
+    draw_reward_curves(curves, tmp_path / "r.png")
+    assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

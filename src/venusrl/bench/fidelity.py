@@ -41,7 +41,8 @@ def run_fidelity(configs: dict, policies: list[str], workdir: Path, progress: bo
     heatmaps = {p: version_span_heatmap([r["attempts"] for r in runs[p]], max_span) for p in policies}
     workdir.mkdir(parents=True, exist_ok=True)
     draw_version_heatmaps(heatmaps, workdir / FIDELITY_HEATMAP_PNG)
-    draw_reward_curves({p: [r["rewards"] for r in runs[p]] for p in policies}, workdir / FIDELITY_REWARD_PNG)
+    draw_reward_curves({p: {f"seed {r['seed']}": r["rewards"] for r in runs[p]} for p in policies},
+                       workdir / FIDELITY_REWARD_PNG)
     held_out = any_config.data.generate_eval
     schedulers = {}
     for policy in policies:

@@ -18,8 +18,10 @@ bench_app = typer.Typer(help="Benchmarks; each writes its figures as JSON.", no_
 def fidelity(
     config_path: Annotated[Path, typer.Argument(metavar="CONFIG.yaml", help="a demo configuration")] = Path("examples/demo.yaml"),
     overrides: Annotated[list[str] | None, typer.Argument(help="dotted key=value overrides")] = None,
-    seeds: Annotated[str, typer.Option(help="comma-separated run.seed values")] = "0,1",
-    policies: Annotated[str, typer.Option(help="comma-separated scheduler.policy values")] = "venus,action_level",
+    seeds: Annotated[str, typer.Option(help="comma-separated run.seed values (0 and 4: the seeds of "
+                                            "examples/demo.yaml whose warm start learns the task)")] = "0,4",
+    policies: Annotated[str, typer.Option(help="comma-separated scheduler.policy values")] = (
+        "venus,action_level,trajectory_level"),
     workdir: Annotated[Path, typer.Option(help="models, runs and PNGs go here")] = Path("runs/fidelity"),
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
     progress: Annotated[bool, typer.Option(help="show the SFT and training progress bars")] = True,

@@ -167,14 +167,15 @@ def draw_version_heatmaps(heatmaps: dict[str, dict], path: Path) -> None:
     _save(fig, path)
 
 
-def draw_reward_curves(curves: dict[str, list[list[tuple[int, float]]]], path: Path) -> None:
-    """Fig. 11 of the paper: reward mean per step, one colour per scheduler, one line per seed."""
+def draw_reward_curves(curves: dict[str, dict[str, list[tuple[int, float]]]], path: Path) -> None:
+    """Fig. 11 of the paper: reward mean per step, one colour per scheduler, one line per run
+    (`curves[scheduler][run label]`, the label naming the seed)."""
     fig = Figure(figsize=(8, 4.5))
     ax = fig.add_subplot()
     for i, (name, runs) in enumerate(curves.items()):
-        for j, run in enumerate(runs):
+        for j, (label, run) in enumerate(runs.items()):
             ax.plot([s for s, _ in run], [r for _, r in run], color=f"C{i}", alpha=0.8,
-                    linestyle=("-", "--", ":", "-.")[j % 4], label=f"{name} (seed run {j + 1})")
+                    linestyle=("-", "--", ":", "-.")[j % 4], label=f"{name} ({label})")
     ax.set_xlabel("step")
     ax.set_ylabel("reward mean")
     ax.grid(alpha=0.3)
