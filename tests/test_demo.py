@@ -151,6 +151,13 @@ def test_the_final_step_must_be_checkpointed(tmp_path):
         run_demo(config, progress=False)
 
 
+def test_too_few_rl_problems_for_the_steps_are_named_before_any_work(tmp_path):
+    config = load_config(DEMO_CONFIG, [f"demo.workdir={tmp_path}", *SMALL, "data.generate_train=3"])
+    with pytest.raises(ValueError, match="trainer.steps"):
+        run_demo(config, progress=False)
+    assert not (tmp_path / "model").exists()
+
+
 def test_the_grader_takes_the_graded_answer_form_only():
     env = CalculatorEnv()
     for row in generate_dataset(20, seed=3):

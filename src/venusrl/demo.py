@@ -45,6 +45,7 @@ from venusrl.env.calculator import (
 from venusrl.model.chat import load_tokenizer
 from venusrl.model.checkpoint import load_model
 from venusrl.model.tiny import make_tiny_model
+from venusrl.runtime.data import check_steps_fit_data
 from venusrl.runtime.evaluation import evaluate_model
 from venusrl.runtime.launch import run_training
 from venusrl.trainer.checkpoint import latest_checkpoint
@@ -156,10 +157,13 @@ def reinforce(config: Config, warm: WarmStart, before: dict, progress: bool = Tr
 
 
 def check_final_step_checkpointed(config: Config) -> None:
+    """Before any work: the demo evaluates the final step's checkpoint, so the RL problems
+    must last that many steps and a checkpoint must fall on the last."""
     steps, every = config.trainer.steps, config.trainer.checkpoint_every_steps
     if not steps or steps % every:
         raise ValueError(f"trainer.checkpoint_every_steps ({every}) must divide trainer.steps ({steps}): "
                          "the demo evaluates the final step's checkpoint")
+    check_steps_fit_data(steps, config.coordinator.batch_groups, config.data.generate_train, config.trainer.epochs)
 
 
 def evaluate(model_dir: Path, config: Config, splits: Splits) -> dict:

@@ -32,3 +32,14 @@ def test_train_with_a_dataset_row_missing_a_field_names_the_row(tiny_model_dir, 
     result = CliRunner().invoke(app, ["train", str(config), "--run-dir", str(tmp_path / "run"), "--no-progress"])
     assert result.exit_code == 2
     assert "'broken'" in result.output and "answer" in result.output
+
+
+def test_train_with_more_steps_than_the_data_gives_names_the_key(tiny_model_dir, tmp_path):
+    """3 steps of 2 groups need 6 prompts; 4 prompts x 1 epoch would end the run after step 2."""
+    config = tmp_path / "run.yaml"
+    config.write_text(f"model: {{path: {tiny_model_dir}}}\ndata: {{generate_train: 4, generate_eval: 0}}\n"
+                      "coordinator: {batch_groups: 2}\ntrainer: {steps: 3}\n")
+    result = CliRunner().invoke(app, ["train", str(config), "--run-dir", str(tmp_path / "run"), "--no-progress"])
+    assert result.exit_code == 2
+    assert "trainer.steps" in result.output and "trainer.epochs" in result.output
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -42,3 +42,14 @@ def prompt_stream(prompts: list[Prompt], epochs: int, skip: int = 0) -> Iterator
     """`epochs` passes over the prompts in order, without the first `skip` (consumed before
     a resume)."""
     return itertools.islice(itertools.chain.from_iterable(itertools.repeat(prompts, epochs)), skip, None)
+
+
+def check_steps_fit_data(steps: int | None, batch_groups: int, prompts: int, epochs: int) -> None:
+    """Each step trains `batch_groups` groups of one prompt each, so `steps` steps need
+    steps x batch_groups prompts, and the data gives prompts x epochs; a run short of them
+    would end early, before the checkpoints and evaluation asked of its last step. No steps
+    (None) means as many steps as the data gives."""
+    if steps and steps * batch_groups > prompts * epochs:
+        raise ValueError(f"trainer.steps: {steps} steps of coordinator.batch_groups {batch_groups} need "
+                         f"{steps * batch_groups} training prompts, and the data gives {prompts} x trainer.epochs "
+                         f"{epochs} = {prompts * epochs}: add prompts, raise trainer.epochs or lower trainer.steps")

@@ -10,7 +10,7 @@ import asyncio
 from pathlib import Path
 
 from venusrl.config import Config
-from venusrl.runtime.data import load_prompts, prompt_stream
+from venusrl.runtime.data import check_steps_fit_data, load_prompts, prompt_stream
 from venusrl.runtime.driver import TrainingDriver
 from venusrl.runtime.rollout_service import RolloutService
 from venusrl.runtime.trainer_service import TrainerService
@@ -53,6 +53,8 @@ def prepare(config: Config, run_dir: Path) -> tuple[list, list, Checkpoint | Non
     if config.model.path is None:
         raise ValueError("model.path: set it to a Hugging Face model directory")
     train_prompts = load_prompts(config.data, config.rollout.environment, "train")
+    check_steps_fit_data(config.trainer.steps, config.coordinator.batch_groups, len(train_prompts),
+                         config.trainer.epochs)
     eval_prompts = load_prompts(config.data, config.rollout.environment, "eval")
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is not None and checkpoint.state.epoch_prompts != len(train_prompts):
