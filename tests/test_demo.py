@@ -124,7 +124,7 @@ def test_rl_raises_held_out_accuracy_over_the_sft_model(tmp_path):
     RL raises sampled graded accuracy over the SFT model (the control) by the 0.15 the demo
     shows, and the gain is the skill the teacher got wrong (subtractions' operand order),
     not the answer form (any form moves with graded) and not at a comparable cost to additions.
-    The run is asynchronous, so repeats differ: four runs of seed 0 at lr 1e-4 gained +0.195
+    The run is asynchronous, so repeats differ: five runs of seed 0 at lr 1e-4 gained +0.195
     to +0.270, subtractions +0.44 to +0.50, and moved additions by +0.008 to -0.083
     (results/demo-teacher/README.md); the bounds leave that spread room."""
     summary = run_demo(load_config(DEMO_CONFIG, [f"demo.workdir={tmp_path}"]), progress=False)
