@@ -1,5 +1,5 @@
 """Print a model's held-out episodes on the demo task: the question, the answer, and each
-message after the user's (tool calls included), greedy and sampled, through the
+message after the system prompt (tool calls included), greedy and sampled, through the
 evaluation's own loop (a scorer that records every episode it is asked to score).
 
     python results/demo-teacher/episodes.py MODEL_DIR SEED [N_PROBLEMS]

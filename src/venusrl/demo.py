@@ -81,7 +81,7 @@ class WarmStart:
 def run_demo(config: Config, progress: bool = True) -> dict:
     """SFT, the control's evaluation, RL with `scheduler.policy`, the evaluation after RL."""
     started = time.monotonic()
-    check_final_step_checkpointed(config)
+    check_rl_steps(config)
     warm = warm_start(config, progress)
     before = evaluate(warm.sft_dir, config, warm.splits)
     summary = reinforce(config, warm, before, progress)
@@ -132,7 +132,7 @@ def reuse_warm_start(config: Config, console: Console) -> WarmStart:
 def reinforce(config: Config, warm: WarmStart, before: dict, progress: bool = True) -> dict:
     """GRPO from the SFT model with the configured scheduler, then the held-out evaluation of
     the final weights; the summary compares them with `before` (the SFT model's figures)."""
-    check_final_step_checkpointed(config)
+    check_rl_steps(config)
     workdir = Path(config.demo.workdir)
     run_dir = workdir / f"run-{config.scheduler.policy}"
     data = config.data.model_copy(update={"train": str(workdir / "data" / "train.jsonl"), "eval": None,
@@ -156,7 +156,7 @@ def reinforce(config: Config, warm: WarmStart, before: dict, progress: bool = Tr
                        "held_out": len(warm.splits.held_out)}}
 
 
-def check_final_step_checkpointed(config: Config) -> None:
+def check_rl_steps(config: Config) -> None:
     """Before any work: the demo evaluates the final step's checkpoint, so the RL problems
     must last that many steps and a checkpoint must fall on the last."""
     steps, every = config.trainer.steps, config.trainer.checkpoint_every_steps
