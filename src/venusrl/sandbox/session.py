@@ -16,6 +16,8 @@ import tempfile
 import time
 from typing import Any
 
+from venusrl.sandbox import processes
+
 MAX_OUTPUT_BYTES = 4 << 20  # per stream; the tail is kept
 
 # Runs the command, then (from the EXIT trap, so `exit N` is covered too) writes the final
@@ -125,11 +127,14 @@ def kill_all_but_self() -> None:
 
 
 def reap_orphans() -> None:
-    """As PID 1 of the sandbox, collect zombies of processes reparented to it."""
+    """As PID 1 of the sandbox, collect zombies of processes reparented to it; the status of
+    one the process table started is kept for it."""
     while True:
         try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
             return
+        if pid in processes.WATCHED:
+            processes.EXITED[pid] = status
