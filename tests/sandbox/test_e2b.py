@@ -71,6 +71,7 @@ def test_background_command_is_listed_then_killed(e2b_service):
     with Sandbox.create() as sandbox:
         handle = sandbox.commands.run("echo started; sleep 300", background=True)
         assert handle.pid in {p.pid for p in sandbox.commands.list()}
+        assert next(iter(handle)) == ("started\n", None, None)  # its output streams while it runs
         assert handle.kill() is True
         with pytest.raises(CommandExitException) as caught:
             handle.wait()

@@ -68,7 +68,9 @@ class E2BServer:
 
     def __init__(self, service: E2BService, host: str = "127.0.0.1", port: int = 0) -> None:
         self.service = service
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP named explicitly: asyncio sets TCP_NODELAY only on sockets that say so,
+        # and without it every response waits ~40 ms for the client's delayed ACK.
+        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._socket.bind((host, port))
         self.host, self.port = self._socket.getsockname()[:2]

@@ -109,7 +109,8 @@ def build_router(service: E2BService) -> APIRouter:
                           ("Remove", remove)):
         router.add_api_route(f"{base}/{name}", rpc.unary(service, handler), methods=["POST"])
     for name in ("WatchDir", "CreateWatcher", "GetWatcherEvents", "RemoveWatcher"):
-        router.add_api_route(f"{base}/{name}", rpc.unimplemented(service, f"{name} (directory watch)"), methods=["POST"])
+        handler = rpc.unimplemented(service, f"{name} (directory watch)", stream=name == "WatchDir")
+        router.add_api_route(f"{base}/{name}", handler, methods=["POST"])
     router.add_api_route("/files", read_file, methods=["GET"])
     router.add_api_route("/files", write_file, methods=["POST"])
     router.add_api_route("/health", health, methods=["GET"])

@@ -142,13 +142,14 @@ def build_router(service: E2BService) -> APIRouter:
         body = await _body(request)
         if "timeout" not in body:
             raise RestError(400, "timeout: required (whole seconds from now)")
-        record_of(sandbox_id).extend(utcnow(), _timeout(body))  # type: ignore[arg-type]
+        timeout = _timeout(body)
+        record_of(sandbox_id).extend(utcnow(), timeout)  # type: ignore[arg-type]
         return Response(status_code=204)
 
     async def refresh(sandbox_id: str, request: Request) -> Response:
         auth.check_api_key(request.headers, service.api_key)
-        record = record_of(sandbox_id)
         duration = _timeout(await _body(request), "duration", DEFAULT_TIMEOUT_S)
+        record = record_of(sandbox_id)
         record.end_at = max(record.end_at, utcnow() + timedelta(seconds=duration))  # type: ignore[arg-type]
         return Response(status_code=204)
 
@@ -165,19 +166,18 @@ def build_router(service: E2BService) -> APIRouter:
 
     async def resume(sandbox_id: str, request: Request) -> JSONResponse:
         auth.check_api_key(request.headers, service.api_key)
-        body = await _body(request)
+        timeout = _timeout(await _body(request))
         record = record_of(sandbox_id)
         if not record.paused:
             raise RestError(409, f"sandbox {sandbox_id!r} is already running")
-        await _resume(service, record, _timeout(body))
+        await _resume(service, record, timeout)
         return JSONResponse(_sandbox_json(record, token=True), status_code=201)
 
     async def connect(sandbox_id: str, request: Request) -> JSONResponse:
         """Running: extend its life to at least `timeout` from now (200). Paused: resume (201)."""
         auth.check_api_key(request.headers, service.api_key)
-        body = await _body(request)
+        timeout = _timeout(await _body(request))
         record = record_of(sandbox_id)
-        timeout = _timeout(body)
         if record.paused:
             await _resume(service, record, timeout)
             return JSONResponse(_sandbox_json(record, token=True), status_code=201)

@@ -61,11 +61,11 @@ def server_stream(service: E2BService, handler: ServerStream) -> Callable[[Reque
     return endpoint
 
 
-def unimplemented(service: E2BService, what: str) -> Callable[[Request], Awaitable[Response]]:
-    async def handler(_record: E2BSandbox, _message: dict[str, Any]) -> dict[str, Any]:
-        raise ConnectError("unimplemented", f"{what} is not served by venusrl sandboxes")
+def unimplemented(service: E2BService, what: str, stream: bool = False) -> Callable[[Request], Awaitable[Response]]:
+    async def handler(_record: E2BSandbox, _message: dict[str, Any], *_request: Request) -> Any:
+        raise ConnectError("unimplemented", f"{what}: not served by venusrl sandboxes")
 
-    return unary(service, handler)
+    return server_stream(service, handler) if stream else unary(service, handler)
 
 
 async def _single(chunk: bytes) -> AsyncIterator[bytes]:
