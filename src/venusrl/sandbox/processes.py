@@ -6,8 +6,9 @@ write its stdin, signal it, list it. The init keeps those processes here, each i
 process group, with pipes it drains only when asked (`poll`), so a process that writes
 faster than its reader is slowed by its pipe, never buffered without bound here.
 
-Runs as PID 1 of the sandbox's namespace, so it reaps: an exit status the session's reaper
-collects first is handed over through `EXITED` (session.reap_orphans).
+Runs as PID 1 of the sandbox's namespace, so it reaps every zombie there (`reap_orphans`, also
+run by the session): an unreaped orphan would hold its pid against the sandbox's pids limit
+forever. The status of one of this table's processes is kept for it in `EXITED`.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ READ_CHUNK = 64 << 10
 MAX_POLL_BYTES = 1 << 20  # per stream per poll: one reply stays small
 MAX_WAIT_S = 1.0  # a poll holds the sandbox's channel at most this long
 
-WATCHED: set[int] = set()  # pids of this table: the session's reaper keeps their status
-EXITED: dict[int, int] = {}  # pid -> wait status, for watched pids reaped by someone else
+WATCHED: set[int] = set()  # pids of this table: the reaper keeps their status
+EXITED: dict[int, int] = {}  # pid -> wait status of a watched pid, once reaped
 
 
 @dataclass
@@ -45,6 +46,7 @@ class ProcessTable:
 
     def spawn(self, cmd: str, args: list[str], env: dict[str, str], cwd: str, stdin: bool,
               tag: str | None) -> dict[str, Any]:
+        reap_orphans()  # what earlier commands left behind must not hold pids this one needs
         popen = subprocess.Popen(
             [cmd, *args], cwd=cwd, env=env, start_new_session=True,
             stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
@@ -113,11 +115,9 @@ class ProcessTable:
     def _reap(self, process: _Process) -> bool:
         """Collect the exit status; True once the process has exited."""
         pid = process.popen.pid
-        try:
-            reaped, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:  # the session's reaper took it
-            reaped, status = (pid, EXITED.pop(pid)) if pid in EXITED else (0, 0)
-        if reaped != pid:
+        reap_orphans()
+        status = EXITED.pop(pid, None)
+        if status is None:
             return False
         process.status = status
         process.popen.returncode = os.waitstatus_to_exitcode(status)  # Popen must not wait for it again
@@ -148,14 +148,54 @@ class ProcessTable:
                 process.popen.stdin.close()
 
     def signal(self, pid: int, signum: int) -> None:
-        """The whole process group: a shell's children go with it."""
+        """The process, every descendant it still parents (found before any dies, so one that
+        left the group with `setsid` is reached too) and its whole process group (which
+        holds the children of subshells that already exited)."""
         self._get(pid)
-        with contextlib.suppress(ProcessLookupError):
+        for target in (*_descendants(pid), pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(target, signum)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, signum)
 
     def list(self) -> list[dict[str, Any]]:
         return [{"pid": pid, "tag": p.tag, "config": p.config} for pid, p in self._processes.items()
                 if p.status is None]
+
+
+def reap_orphans() -> None:
+    """As PID 1 of the sandbox, collect every zombie (processes reparented to it included);
+    the status of one the process table started is kept for it."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        if pid in WATCHED:
+            EXITED[pid] = status
+
+
+def _descendants(root: int) -> list[int]:
+    """Descendants of `root` by parent links in this PID namespace's /proc, deepest last."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:  # it exited meanwhile
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])  # after the command, which may hold spaces
+        children.setdefault(ppid, []).append(int(name))
+    found, frontier = [], [root]
+    while frontier:
+        below = [child for parent in frontier for child in children.get(parent, [])]
+        found.extend(below)
+        frontier = below
+    return found
 
 
 def _describe_status(status: int) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import tempfile
 import time
 from typing import Any
 
-from venusrl.sandbox import processes
+from venusrl.sandbox.processes import reap_orphans
 
 MAX_OUTPUT_BYTES = 4 << 20  # per stream; the tail is kept
 
@@ -124,17 +124,3 @@ def kill_all_but_self() -> None:
                 os.kill(pid, signal.SIGKILL)
         reap_orphans()
         time.sleep(0.005)
-
-
-def reap_orphans() -> None:
-    """As PID 1 of the sandbox, collect zombies of processes reparented to it; the status of
-    one the process table started is kept for it."""
-    while True:
-        try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-        if pid in processes.WATCHED:
-            processes.EXITED[pid] = status
