@@ -159,7 +159,7 @@ def bench(
     quick: Annotated[bool, typer.Option(help="shorter settle times and a smaller burst node")] = False,
     node_memory: Annotated[str, typer.Option(help="node budget of the density runs")] = "2GiB",
     declared: Annotated[str, typer.Option(help="declared size of a sandbox")] = "512MiB",
-    only: Annotated[str | None, typer.Option(help="run one case alone: warm_python")] = None,
+    only: Annotated[str | None, typer.Option(help="run one case alone: warm_python, e2b")] = None,
 ) -> None:
     """Density (declared / actual / shared), lifecycle latency and OOM migration figures."""
     from pydantic import ByteSize, TypeAdapter, ValidationError
