@@ -85,7 +85,7 @@ def create_to_first_command(controller, sdk, pairs: int) -> dict[str, Any]:
     for name, values in timings.items():
         out[name] = {"total": _quantiles([c + f for c, f in values]), "create": _quantiles([c for c, _ in values]),
                      "first_command": _quantiles([f for _, f in values])}
-    diffs = [sum(e) - sum(o) for e, o in zip(timings["e2b_api"], timings["own_api"])]
+    diffs = [sum(e) - sum(o) for e, o in zip(timings["e2b_api"], timings["own_api"], strict=True)]
     out["e2b_minus_own"] = _quantiles(diffs)
     return out
 

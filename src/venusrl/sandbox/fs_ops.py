@@ -4,6 +4,7 @@ Errors are the OSErrors themselves; the init reports them with the path (sandbox
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
@@ -15,10 +16,8 @@ def entry(path: str) -> dict[str, Any]:
     st = os.lstat(path)
     target = os.readlink(path) if stat.S_ISLNK(st.st_mode) else None
     if target is not None:
-        try:
+        with contextlib.suppress(OSError):  # a dangling link: describe the link itself
             st = os.stat(path)
-        except OSError:  # a dangling link: describe the link itself
-            pass
     kind = "dir" if stat.S_ISDIR(st.st_mode) else "file"
     return {"name": os.path.basename(path.rstrip("/")) or "/", "type": kind, "path": path,
             "size": st.st_size, "mode": stat.S_IMODE(st.st_mode), "permissions": stat.filemode(st.st_mode),

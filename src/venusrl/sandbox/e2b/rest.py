@@ -9,6 +9,7 @@ error shape, never FastAPI's own 422.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from datetime import timedelta
@@ -229,8 +230,6 @@ async def kill_sandbox(service: E2BService, sandbox_id: str, why: str) -> None:
     """Forget the sandbox first, so its token stops working before its processes die."""
     if service.table.pop(sandbox_id) is None:
         return
-    try:
+    with contextlib.suppress(SandboxNotFound):
         await service.call(service.controller.kill, sandbox_id)
-    except SandboxNotFound:
-        pass
     log.info("e2b: sandbox %s %s", sandbox_id, why)
