@@ -8,6 +8,9 @@ import time
 
 import httpx
 import pytest
+from tests.sandbox.cluster_helpers import until
+
+from venusrl.sandbox.e2b import connect
 
 e2b = pytest.importorskip("e2b", reason="the e2b SDK is in the dev extra")
 from e2b import (  # noqa: E402
@@ -21,13 +24,6 @@ from e2b import (  # noqa: E402
 
 pytestmark = pytest.mark.needs_root  # real sandboxes: see conftest.py
 
-
-def _until(condition, what: str, timeout_s: float = 15.0) -> None:
-    """Wait for a condition the service brings about on its own (a kill, a reaper pass)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_create_run_and_kill(e2b_service):
@@ -64,7 +60,7 @@ def test_timeout_raises_timeout_exception_and_kills_the_command(e2b_service):
         with pytest.raises(TimeoutException):
             sandbox.commands.run("sleep 30", timeout=1)
         assert time.monotonic() - started < 10
-        _until(lambda: not sandbox.commands.list(), "the timed-out command to be killed")
+        until(lambda: not sandbox.commands.list(), "the timed-out command to be killed")
 
 
 def test_background_command_is_listed_then_killed(e2b_service):
@@ -137,7 +133,7 @@ def test_connect_to_a_running_sandbox_and_its_lifetime(e2b_service):
 
 def test_a_sandbox_past_its_timeout_is_killed(e2b_service):
     sandbox = Sandbox.create(timeout=1)
-    _until(lambda: not sandbox.is_running(), "the reaper to kill the expired sandbox")
+    until(lambda: not sandbox.is_running(), "the reaper to kill the expired sandbox")
     with pytest.raises(NotFoundException):
         Sandbox.get_info(sandbox.sandbox_id)
 
@@ -164,7 +160,7 @@ def test_one_sandboxs_token_never_reaches_another(e2b_service):
             refused = http.post("/filesystem.Filesystem/ListDir", json={"path": "/workspace"}, headers=as_b)
             assert refused.status_code == 401 and refused.json()["code"] == "unauthenticated"
             started = http.post("/process.Process/Start", headers={**as_b, "Content-Type": "application/connect+json"},
-                                content=_envelope({"process": {"cmd": "/bin/cat", "args": ["secret.txt"]}}))
+                                content=connect.envelope({"process": {"cmd": "/bin/cat", "args": ["secret.txt"]}}))
             assert b"unauthenticated" in started.content and b"A-ONLY" not in started.content
             no_token = {"E2b-Sandbox-Id": a.sandbox_id}
             assert http.get("/files", params={"path": "secret.txt"}, headers=no_token).status_code == 401
@@ -175,10 +171,3 @@ def test_one_sandboxs_token_never_reaches_another(e2b_service):
         a.kill()
         b.kill()
 
-
-def _envelope(message: dict) -> bytes:
-    import json
-    import struct
-
-    data = json.dumps(message).encode()
-    return struct.pack(">BI", 0, len(data)) + data

@@ -9,9 +9,9 @@ import json
 import os
 import socket
 import threading
-import time
 
 import pytest
+from tests.sandbox.cluster_helpers import until
 from tests.sandbox.test_isolation import KERNEL_PROBES
 
 e2b = pytest.importorskip("e2b", reason="the e2b SDK is in the dev extra")
@@ -30,13 +30,6 @@ def _run(sandbox: Sandbox, cmd: str, timeout: float = 30):
         failed.stdout = ""
         return failed
 
-
-def _until(condition, what: str, timeout_s: float = 15.0) -> None:
-    """Wait for what the service brings about on its own (a kill after a timeout)."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_no_network_not_even_to_the_service_that_made_it(e2b_service):
@@ -129,7 +122,7 @@ def test_fork_bomb_stops_at_pids_limit(e2b_service):
         with pytest.raises(TimeoutException):  # its timeout kills the bomb's whole process group
             sandbox.commands.run("bomb() { bomb | bomb & }; bomb; sleep 30", timeout=5)
         assert e2b_service.service.controller.metrics(sandbox.sandbox_id)["pids_refused"] > 0
-        _until(lambda: _run(sandbox, "echo survived", timeout=20).stdout == "survived\n", "the bomb to be gone")
+        until(lambda: _run(sandbox, "echo survived", timeout=20).stdout == "survived\n", "the bomb to be gone")
 
 
 def test_a_timed_out_command_takes_its_whole_tree_with_it(e2b_service):
@@ -140,4 +133,4 @@ def test_a_timed_out_command_takes_its_whole_tree_with_it(e2b_service):
         def left() -> str:
             return sandbox.commands.run("ps -eo args | grep -c '^sleep 10[1-4]$' || true").stdout.strip()
 
-        _until(lambda: left() == "0", "the sleeps of the timed-out command to die")
+        until(lambda: left() == "0", "the sleeps of the timed-out command to die")
