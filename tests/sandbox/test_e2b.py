@@ -125,6 +125,8 @@ def test_connect_to_a_running_sandbox_and_its_lifetime(e2b_service):
         assert (first.get_info().end_at - first.get_info().started_at).total_seconds() > 100
         first.pause()
         assert Sandbox.get_info(first.sandbox_id).state.value == "paused"
+        with pytest.raises(SandboxException, match="paused"):
+            first.files.read("state.txt")  # its init is frozen: refused at once, not left to hang
         resumed = Sandbox.connect(first.sandbox_id)  # connecting resumes a paused sandbox
         assert resumed.commands.run("cat state.txt").stdout == "kept"
     finally:

@@ -154,3 +154,31 @@ def _last_envelope(content: bytes) -> dict:
         offset += 5 + length
     assert offset == len(content), "trailing bytes after the last envelope"
     return last
+
+
+@given(st.sampled_from(sorted(__import__("venusrl.sandbox.envd_request", fromlist=["OPS"]).OPS)),
+       st.dictionaries(st.sampled_from(["cmd", "args", "env", "cwd", "stdin", "tag", "pid", "wait_s", "data",
+                                        "signal", "path", "depth", "destination", "extra"]), json_values, max_size=6))
+def test_the_node_agent_passes_on_only_checked_fields_or_names_the_bad_one(op, fields):
+    from venusrl.sandbox import envd_request
+    from venusrl.sandbox.errors import InvalidRequest
+
+    try:
+        call = envd_request.checked({"op": op, **fields})
+    except InvalidRequest as err:
+        assert str(err).split(":")[0] in fields or str(err).split(":")[0] in ("cmd", "pid", "path", "data", "signal",
+                                                                               "depth", "destination")
+        return
+    assert call["op"] == op and "extra" not in call
+    assert all(k in fields or call[k] in (None, False, [], {}, 0.0) for k in call if k != "op")
+
+
+def test_exit_statuses_read_as_envd_reports_them():
+    import signal
+
+    from venusrl.sandbox.processes import _describe_status
+
+    assert _describe_status(3 << 8) == {"exit_code": 3, "normal_exit": True,
+                                                                          "status": "exit status 3"}
+    assert _describe_status(signal.SIGKILL) == {"exit_code": -1, "normal_exit": False, "status": "signal: killed"}
+    assert _describe_status(signal.SIGTERM)["status"] == "signal: terminated"

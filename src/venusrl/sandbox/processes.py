@@ -202,8 +202,7 @@ def _describe_status(status: int) -> dict[str, Any]:
     """Exit code and status text as envd reports them (Go's ProcessState): a process killed
     by a signal has exit code -1 and the status `signal: killed`."""
     if os.WIFSIGNALED(status):
-        signum = os.WTERMSIG(status)
-        name = "killed" if signum == signal.SIGKILL else signal.Signals(signum).name.lower()
+        name = (signal.strsignal(os.WTERMSIG(status)) or "unknown").lower()  # Go's names: killed, terminated
         return {"exit_code": -1, "normal_exit": False, "status": f"signal: {name}"}
     code = os.WEXITSTATUS(status)
     return {"exit_code": code, "normal_exit": True, "status": f"exit status {code}"}

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 WAIT_MIN_S = 0.02
 WAIT_MAX_S = 0.2
+MAX_QUEUED = 16  # events a stream may lag behind; then the pump waits (and the process's pipe fills)
 KEEPALIVE_DEFAULT_S = 50.0
 SIGNALS = {"SIGNAL_SIGKILL": int(signal.SIGKILL), "SIGNAL_SIGTERM": int(signal.SIGTERM), 9: int(signal.SIGKILL),
            15: int(signal.SIGTERM)}
@@ -49,16 +50,20 @@ class Pump:
         self._timer: asyncio.Task | None = None
 
     def subscribe(self) -> asyncio.Queue[Event]:
-        queue: asyncio.Queue[Event] = asyncio.Queue()
+        queue: asyncio.Queue[Event] = asyncio.Queue(MAX_QUEUED)
         self._queues.add(queue)
         return queue
 
     def unsubscribe(self, queue: asyncio.Queue[Event]) -> None:
         self._queues.discard(queue)
+        while not queue.empty():  # frees a pump waiting to put into it
+            queue.get_nowait()
 
-    def _publish(self, event: Event) -> None:
-        for queue in self._queues:
-            queue.put_nowait(event)
+    async def _publish(self, event: Event) -> None:
+        """To every attached stream; a client that does not read holds the pump back rather
+        than have its output pile up here (envd's backpressure)."""
+        for queue in list(self._queues):
+            await queue.put(event)
 
     def kill_at(self, deadline: float) -> None:
         async def kill() -> None:
@@ -82,15 +87,15 @@ class Pump:
                 for stream in ("stdout", "stderr"):
                     data = base64.b64decode(reply[stream])
                     if data:
-                        self._publish((stream, data))
+                        await self._publish((stream, data))
                         got = True
                 wait = WAIT_MIN_S if got else min(2 * wait, WAIT_MAX_S)
                 if reply["exited"]:
-                    self._publish(("end", reply))
+                    await self._publish(("end", reply))
                     log.info("e2b: sandbox %s process %d ended: %s", self.sandbox_id, self.pid, reply["status"])
                     return
         except SandboxError as err:
-            self._publish(("error", connect_error(err, self.sandbox_id)))
+            await self._publish(("error", connect_error(err, self.sandbox_id)))
         finally:
             if self._timer is not None:
                 self._timer.cancel()

@@ -21,7 +21,8 @@ from venusrl.sandbox.errors import SandboxError
 Unary = Callable[[E2BSandbox, dict[str, Any]], Awaitable[dict[str, Any]]]
 ServerStream = Callable[[E2BSandbox, dict[str, Any], Request], Awaitable[AsyncIterator[bytes]]]
 
-_REST_TO_CONNECT = {400: "invalid_argument", 401: "unauthenticated", 404: "not_found", 502: "unavailable"}
+_REST_TO_CONNECT = {400: "invalid_argument", 401: "unauthenticated", 404: "not_found", 409: "failed_precondition",
+                    502: "unavailable"}
 
 
 def as_connect_error(err: Exception, sandbox_id: str) -> ConnectError:

@@ -60,6 +60,8 @@ class E2BService:
         if record is None:
             raise RestError(502, sandbox_gone(sandbox_id))
         auth.check_access_token(headers, record.token)
+        if record.paused:  # its init is frozen: a call would wait for the resume
+            raise RestError(409, f"sandbox {sandbox_id!r} is paused; Sandbox.connect resumes it")
         return record
 
     def close(self) -> None:
