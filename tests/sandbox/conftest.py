@@ -66,15 +66,5 @@ def e2b_service(cluster):
     from venusrl.sandbox.e2b.app import E2BServer
     from venusrl.sandbox.e2b.service import E2BService
 
-    server = E2BServer(E2BService(cluster.controller, api_key="e2b_test_key")).start()
-    saved = {k: os.environ.get(k) for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY", "E2B_DOMAIN")}
-    os.environ.update(E2B_API_URL=server.url, E2B_SANDBOX_URL=server.url, E2B_API_KEY="e2b_test_key")
-    try:
+    with E2BServer(E2BService(cluster.controller, api_key="e2b_test_key")) as server, server.sdk_environment():
         yield server
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        server.stop()

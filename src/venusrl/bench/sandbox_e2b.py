@@ -16,7 +16,6 @@ at density.
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import statistics
 import time
@@ -140,15 +139,11 @@ class ServedCluster:
         except BaseException:
             self.cluster.close()
             raise
-        self._saved = {k: os.environ.get(k) for k in ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")}
-        os.environ.update(E2B_API_URL=self.server.url, E2B_SANDBOX_URL=self.server.url, E2B_API_KEY=key)
+        self._environment = self.server.sdk_environment()
+        self._environment.__enter__()
 
     def close(self) -> None:
-        for key, value in self._saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        self._environment.__exit__(None, None, None)
         self.server.stop()
         self.cluster.close()
 

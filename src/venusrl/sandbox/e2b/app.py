@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -102,3 +103,19 @@ class E2BServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    @contextlib.contextmanager
+    def sdk_environment(self) -> Iterator[None]:
+        """Within the block, the e2b SDK of this process talks to this service, configured as
+        a user would configure it: E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY."""
+        names = ("E2B_API_URL", "E2B_SANDBOX_URL", "E2B_API_KEY")
+        saved = {name: os.environ.get(name) for name in names}
+        os.environ.update(E2B_API_URL=self.url, E2B_SANDBOX_URL=self.url, E2B_API_KEY=self.service.api_key)
+        try:
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
