@@ -173,3 +173,22 @@ def test_one_sandboxs_token_never_reaches_another(e2b_service):
         a.kill()
         b.kill()
 
+
+
+def test_the_async_sdk_too(e2b_service):
+    import asyncio
+
+    from e2b import AsyncSandbox
+
+    async def episode() -> tuple[str, bytes, int]:
+        sandbox = await AsyncSandbox.create()
+        try:
+            await sandbox.files.write("in.bin", b"\x00\x01binary")
+            result = await sandbox.commands.run("wc -c < in.bin; echo err >&2")
+            handle = await sandbox.commands.run("sleep 60", background=True)
+            killed = await handle.kill()
+            return result.stdout + result.stderr, bytes(await sandbox.files.read("in.bin", format="bytes")), killed
+        finally:
+            await sandbox.kill()
+
+    assert asyncio.run(episode()) == ("8\nerr\n", b"\x00\x01binary", True)
