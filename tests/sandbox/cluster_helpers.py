@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from venusrl.sandbox.cluster import LocalCluster
 from venusrl.sandbox.config import SandboxConfig
 
@@ -17,3 +19,12 @@ def make_cluster(budgets: list[int], **overrides) -> LocalCluster:
     cluster = LocalCluster(config, budgets=budgets)
     CREATED.append(cluster)
     return cluster
+
+
+def until(condition, what: str, timeout_s: float = 15.0) -> None:
+    """Wait for what a service brings about on its own (a kill after a timeout, a reaper
+    pass); fails naming it if it does not come."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)

@@ -56,3 +56,15 @@ def cluster():
 
 
 from tests.sandbox.image_fixtures import test_images  # noqa: E402, F401 - shared by the image tests
+
+
+@pytest.fixture(scope="module")
+def e2b_service(cluster):
+    """The E2B-compatible service over the module's cluster, with the SDK's environment
+    pointed at it (as a user would: E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY)."""
+    pytest.importorskip("e2b", reason="the e2b SDK is in the dev extra")
+    from venusrl.sandbox.e2b.app import E2BServer
+    from venusrl.sandbox.e2b.service import E2BService
+
+    with E2BServer(E2BService(cluster.controller, api_key="e2b_test_key")) as server, server.sdk_environment():
+        yield server

@@ -64,3 +64,28 @@ def test_serve_runs_node_agents_a_controller_can_attach_to(tmp_path):
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
     assert not info.exists()
+
+
+def test_serve_e2b_answers_the_e2b_sdk(tmp_path):
+    import json
+    import os
+    import signal
+    import time
+
+    pytest.importorskip("e2b", reason="the e2b SDK is in the dev extra")
+    info = tmp_path / "nodes.json"
+    server = subprocess.Popen([str(VENUSRL), "sandbox", "serve", "--info", str(info), "--e2b", "--e2b-port", "0"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not (info.exists() and info.stat().st_size) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        e2b = json.loads(info.read_text())["e2b"]
+        env = {**os.environ, "E2B_API_URL": e2b["url"], "E2B_SANDBOX_URL": e2b["url"], "E2B_API_KEY": e2b["api_key"]}
+        agent = "from e2b import Sandbox\nwith Sandbox.create() as s: print(s.commands.run('echo via-e2b').stdout, end='')"
+        done = subprocess.run([sys.executable, "-c", agent], env=env, capture_output=True, text=True, timeout=120)
+        assert (done.returncode, done.stdout) == (0, "via-e2b\n"), done.stderr
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=60)
+    assert not info.exists()

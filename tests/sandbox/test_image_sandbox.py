@@ -258,3 +258,15 @@ def test_a_holder_that_died_leaves_no_use_behind(test_images, tmp_path):
     assert store.users("other:latest") == []  # its lock went with it, and the record with that
     assert not list((store.root / "uses").rglob("*-*"))
     assert store.remove("other:latest") == 2
+
+
+def test_an_imported_images_name_is_an_e2b_template_id(image_cluster):
+    e2b = pytest.importorskip("e2b", reason="the e2b SDK is in the dev extra")
+    from venusrl.sandbox.e2b.app import E2BServer
+    from venusrl.sandbox.e2b.service import E2BService
+
+    service = E2BService(image_cluster.controller, "e2b_test_key", image_cluster.config.image_store)
+    with E2BServer(service) as server, server.sdk_environment(), e2b.Sandbox.create("app-docker") as sandbox:
+        result = sandbox.commands.run("id -un; echo $GREETING; cat notes.txt")
+        assert result.stdout.splitlines() == ["app", "hello-from-image", "image file"]
+        assert sandbox.files.read("/home/app/notes.txt") == "image file\n"

@@ -20,7 +20,10 @@ Every figure comes from real sandboxes on real node agents of this machine:
                     (python_modules json, decimal): sandbox create with its warm Python
                     ready, against creating a plain image sandbox and running a cold
                     `python3 -c 'import json, decimal; ...'` in it, in interleaved pairs
-                    (`--only warm_python` runs this case alone).
+                    (`--only warm_python` runs this case alone);
+- e2b:              create-to-first-command latency through the E2B protocol against our
+                    own API, and 32 sandboxes made at once through the e2b SDK with the node's
+                    admission and sharing figures (`--only e2b`, alone; sandbox_e2b.py).
 A density run fills the node until it refuses for `settle_s` in a row (memory is stable).
 """
 
@@ -348,11 +351,19 @@ def density(runs: dict[str, SandboxConfig], node_memory: int, settle_s: float, l
             "meets_target": ratio >= 9.0}
 
 
-ALONE = ("warm_python",)  # the cases `--only` runs by themselves
+ALONE = ("warm_python", "e2b")  # the cases `--only` runs by themselves
 
 
 def run_bench(quick: bool, node_memory: int, declared: int, out: Path | None,
               only: str | None = None) -> dict[str, Any]:
+    if only == "e2b":
+        from venusrl.bench.sandbox_e2b import run_e2b_bench
+
+        results = {"config": {"quick": quick, "only": only}, "e2b": run_e2b_bench(quick)}
+        if out is not None:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(results, indent=2))
+        return results
     if only == "warm_python":
         work = Path(tempfile.mkdtemp(prefix="vrl-bench-image-"))
         try:

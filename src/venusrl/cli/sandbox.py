@@ -102,6 +102,10 @@ def serve(
     path: Annotated[Path | None, typer.Argument(help="venusrl config YAML; defaults when omitted")] = None,
     overrides: Annotated[list[str] | None, typer.Argument(help="dotted key=value overrides, e.g. sandbox.nodes=2")] = None,
     info: Annotated[Path, typer.Option(help="where to write the node addresses and token (mode 0600)")] = Path("sandbox-nodes.json"),
+    e2b: Annotated[bool, typer.Option("--e2b", help="also serve E2B's protocol (REST API and envd), so code written "
+                                      "for the e2b SDK runs here: set E2B_API_URL and E2B_SANDBOX_URL to the URL printed")] = False,
+    e2b_host: Annotated[str, typer.Option(help="address the E2B service listens on")] = "127.0.0.1",
+    e2b_port: Annotated[int, typer.Option(help="port of the E2B service (0: any free port)", min=0, max=65535)] = 49999,
 ) -> None:
     """Start the configured node agents and keep them up until interrupted."""
     from venusrl.sandbox.cluster import LocalCluster
@@ -109,19 +113,44 @@ def serve(
     settings = _config(path, overrides)
     setup_logging("INFO")
     cluster = LocalCluster(settings)
+    server = None
     try:
+        record = {"token": cluster.token, "nodes": {n: p.address for n, p in cluster.nodes.items()}}
+        if e2b:
+            server = _start_e2b(cluster, settings.image_store, e2b_host, e2b_port)
+            record["e2b"] = {"url": server.url, "api_key": server.service.api_key}
         fd = os.open(info, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
-            json.dump({"token": cluster.token,
-                       "nodes": {n: p.address for n, p in cluster.nodes.items()}}, f, indent=2)
+            json.dump(record, f, indent=2)
         typer.echo(f"{len(cluster.nodes)} node agents up; addresses and token in {info}")
+        if server is not None:
+            typer.echo(f"E2B protocol on {server.url}: export E2B_API_URL={server.url} E2B_SANDBOX_URL={server.url} "
+                       f"E2B_API_KEY=<e2b.api_key in {info}>")
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         with contextlib.suppress(KeyboardInterrupt):
             stop.wait()
     finally:
+        if server is not None:
+            server.stop()
         cluster.close()
         info.unlink(missing_ok=True)
+
+
+def _start_e2b(cluster, image_store: str, host: str, port: int):
+    """The E2B service over the cluster's controller. Its API key is E2B_API_KEY when set
+    (so clients configured for it keep working), else a fresh one."""
+    import secrets
+
+    from venusrl.sandbox.e2b.app import E2BServer
+    from venusrl.sandbox.e2b.service import E2BService
+
+    api_key = os.environ.get("E2B_API_KEY") or f"e2b_{secrets.token_hex(20)}"
+    try:
+        return E2BServer(E2BService(cluster.controller, api_key, image_store), host, port).start()
+    except OSError as err:
+        typer.echo(f"--e2b-port: cannot listen on {host}:{port}: {err.strerror}", err=True)
+        raise typer.Exit(2) from None
 
 
 @sandbox_app.command("bench")
@@ -130,7 +159,7 @@ def bench(
     quick: Annotated[bool, typer.Option(help="shorter settle times and a smaller burst node")] = False,
     node_memory: Annotated[str, typer.Option(help="node budget of the density runs")] = "2GiB",
     declared: Annotated[str, typer.Option(help="declared size of a sandbox")] = "512MiB",
-    only: Annotated[str | None, typer.Option(help="run one case alone: warm_python")] = None,
+    only: Annotated[str | None, typer.Option(help="run one case alone: warm_python, e2b")] = None,
 ) -> None:
     """Density (declared / actual / shared), lifecycle latency and OOM migration figures."""
     from pydantic import ByteSize, TypeAdapter, ValidationError

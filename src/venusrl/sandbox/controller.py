@@ -199,6 +199,11 @@ class SandboxController:
     def list(self, sandbox_id: str, path: str) -> list[dict[str, Any]]:
         return self._call(sandbox_id, "list", path=path)
 
+    def envd(self, sandbox_id: str, op: str, **fields: Any) -> Any:
+        """A process-table or filesystem operation in the sandbox (sandbox/envd_request.py
+        lists them): what the E2B service's envd endpoints run."""
+        return self._call(sandbox_id, op, **fields)
+
     def pause(self, sandbox_id: str) -> None:
         self._call(sandbox_id, "pause")
 

@@ -23,6 +23,14 @@ class SandboxNotFound(SandboxError):
     """No live sandbox has this id."""
 
 
+class PathNotFound(InvalidRequest):
+    """A file or directory inside a sandbox does not exist."""
+
+
+class ProcessNotFound(InvalidRequest):
+    """No process of a sandbox's process table has this pid (it ended, or never was)."""
+
+
 class ProtocolError(SandboxError):
     """A peer sent something that is not a valid message."""
 
@@ -65,6 +73,8 @@ _TYPES = {
         SandboxError,
         InvalidRequest,
         SandboxNotFound,
+        PathNotFound,
+        ProcessNotFound,
         ProtocolError,
         AuthenticationError,
         SandboxUnavailable,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from venusrl.sandbox import admission, protocol
+from venusrl.sandbox import admission, envd_request, protocol
 from venusrl.sandbox.backends.process import ProcessBackend, SandboxProcess
 from venusrl.sandbox.cgroups import Cgroup, OomWatcher, detect_layout
 from venusrl.sandbox.config import SandboxConfig
@@ -355,6 +355,12 @@ class NodeAgent:
         with self._fence(sandbox).command(None, None):  # a write lands before an export or after the move
             return self._forward(sandbox, lambda: self.backend.files(sandbox, call, frozen=self._frozen))
 
+    def envd(self, request: dict[str, Any]) -> Any:
+        """A process-table or filesystem operation (envd_request.py) on a sandbox's init."""
+        sandbox = self._sandbox(request)
+        call = envd_request.checked(request)
+        return self._forward(sandbox, lambda: self.backend.files(sandbox, call, frozen=self._frozen))
+
     def _forward(self, sandbox: SandboxProcess, send: Callable[[], Any]) -> Any:
         try:
             return send()
@@ -441,6 +447,7 @@ class NodeAgent:
             "oom_done": lambda _r: self.finish_oom(),
             "oom_fallback": lambda _r: self.fall_back_to_kernel("cannot be relieved by migration"),
             "intercept_oom": lambda _r: self.intercept_oom(),
+            **{op: self.envd for op in envd_request.OPS},
         }
         handler = handlers.get(op)  # type: ignore[arg-type]
         if handler is None:

@@ -29,8 +29,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from venusrl.sandbox import forkserver, idmap, linux, protocol, seccomp
+from venusrl.sandbox import forkserver, fs_ops, idmap, linux, protocol, seccomp
 from venusrl.sandbox.image import rootfs
+from venusrl.sandbox.processes import ProcessTable
 from venusrl.sandbox.session import ShellSession
 from venusrl.sandbox.spec import SANDBOX_UID, SandboxSpec
 from venusrl.sandbox.template import Template, run_python_setup
@@ -305,6 +306,7 @@ def _base_env() -> dict[str, str]:
 def _serve(channel: socket.socket, session: ShellSession, spec: SandboxSpec) -> None:
     stream = channel.makefile("rwb")
     protocol.send(stream, {"ready": True, "session": session.state()})
+    table = ProcessTable()
     while True:
         try:
             request = protocol.receive(stream)
@@ -314,11 +316,16 @@ def _serve(channel: socket.socket, session: ShellSession, spec: SandboxSpec) -> 
         if request is None:
             return
         try:
-            result = _handle(request, session)
+            result = _handle(request, session, table)
             protocol.send(stream, protocol.reply_ok(result))
         except OSError as err:
             message = _describe(err, spec, request.get("path"))
-            protocol.send(stream, {"ok": False, "error": {"type": "InvalidRequest", "message": message}})
+            kind = "PathNotFound" if err.errno == errno.ENOENT else "InvalidRequest"
+            protocol.send(stream, {"ok": False, "error": {"type": kind, "message": message}})
+        except LookupError as err:  # the process table's: no such pid
+            protocol.send(stream, {"ok": False, "error": {"type": "ProcessNotFound", "message": str(err.args[0])}})
+        except ValueError as err:  # the process table's: a request it cannot honour
+            protocol.send(stream, {"ok": False, "error": {"type": "InvalidRequest", "message": str(err)}})
         except Exception as err:  # noqa: BLE001 - any failure of one request is reported, the loop goes on
             protocol.send(stream, {"ok": False, "error": {"type": "SandboxError", "message": f"{type(err).__name__}: {err}"}})
 
@@ -331,8 +338,12 @@ def _describe(err: OSError, spec: SandboxSpec, path: str | None) -> str:
     return message
 
 
-def _handle(request: dict[str, Any], session: ShellSession) -> Any:
+def _handle(request: dict[str, Any], session: ShellSession, table: ProcessTable) -> Any:
     op = request.get("op")
+    if op in _TABLE_OPS:
+        return _TABLE_OPS[op](request, session, table)
+    if op in _FS_OPS:
+        return _FS_OPS[op](request)
     if op == "run":
         return session.run(request["cmd"], float(request["timeout"]), request.get("cwd"), request.get("env"))
     if op == "read":
@@ -354,6 +365,25 @@ def _handle(request: dict[str, Any], session: ShellSession) -> Any:
     if op == "ping":
         return {"pid": os.getpid(), "session": session.state()}
     raise protocol.ProtocolError(f"unknown op {op!r}")
+
+
+# The node agent has checked each field's type (node_agent.py); paths resolve as above.
+_TABLE_OPS = {
+    "spawn": lambda r, session, table: table.spawn(
+        r["cmd"], r["args"], {**session.env, **r["env"]}, _resolve(r["cwd"] or session.cwd), r["stdin"], r["tag"]),
+    "poll": lambda r, session, table: table.poll(r["pid"], r["wait_s"]),
+    "stdin": lambda r, session, table: table.write_stdin(r["pid"], base64.b64decode(r["data"])),
+    "close_stdin": lambda r, session, table: table.close_stdin(r["pid"]),
+    "signal": lambda r, session, table: table.signal(r["pid"], r["signal"]),
+    "processes": lambda r, session, table: table.list(),
+}
+_FS_OPS = {
+    "stat": lambda r: fs_ops.entry(_resolve(r["path"])),
+    "entries": lambda r: fs_ops.entries(_resolve(r["path"]), r["depth"]),
+    "make_dir": lambda r: fs_ops.make_dir(_resolve(r["path"])),
+    "remove": lambda r: fs_ops.remove(_resolve(r["path"])),
+    "move": lambda r: fs_ops.move(_resolve(r["path"]), _resolve(r["destination"])),
+}
 
 
 def _resolve(path: str) -> str:

@@ -16,6 +16,8 @@ import tempfile
 import time
 from typing import Any
 
+from venusrl.sandbox.processes import reap_orphans
+
 MAX_OUTPUT_BYTES = 4 << 20  # per stream; the tail is kept
 
 # Runs the command, then (from the EXIT trap, so `exit N` is covered too) writes the final
@@ -122,14 +124,3 @@ def kill_all_but_self() -> None:
                 os.kill(pid, signal.SIGKILL)
         reap_orphans()
         time.sleep(0.005)
-
-
-def reap_orphans() -> None:
-    """As PID 1 of the sandbox, collect zombies of processes reparented to it."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
