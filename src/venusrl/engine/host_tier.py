@@ -47,7 +47,7 @@ class HostTier:
         self.cache.unlock(match.node)
         if self.allocator.free_pages < need:
             return None
-        host_slots = [s for page in self.allocator.alloc(need) for s in self.allocator.page_slots(page)]
+        host_slots = self.allocator.slots_of(self.allocator.alloc(need))
         self.cache.insert(tokens, match.slots + host_slots)
         self.saved_tokens += len(host_slots)
         return KVCopy(to_host=True, device_slots=list(device_slots[have:]), host_slots=host_slots)

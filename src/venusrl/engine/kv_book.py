@@ -70,8 +70,7 @@ class KVBook:
         target = len(slots) + count
         if room:
             slots.extend(range(slots[-1] + 1, slots[-1] + 1 + min(room, count)))
-        for new_page in self.take_pages(need, max_tier):
-            slots.extend(self.allocator.page_slots(new_page))
+        slots.extend(self.allocator.slots_of(self.take_pages(need, max_tier)))
         del slots[target:]
         return True
 
@@ -204,7 +203,7 @@ class KVBook:
         wanted = (len(token_ids) - offset) // page
         pages = self.take_pages(min(wanted, self.available_pages(Tier.LOW_REF)), Tier.LOW_REF)
         self._reservation = match.node
-        return [s for p in pages for s in self.allocator.page_slots(p)], offset
+        return self.allocator.slots_of(pages), offset
 
     def commit_prefix(self, token_ids: Sequence[int], new_slots: list[int], offset: int) -> list[int]:
         """Insert the reserved, now loaded, slots into the tree and end the reservation;

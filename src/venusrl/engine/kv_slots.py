@@ -49,21 +49,37 @@ class PageAllocator:
         return pages
 
     def free(self, pages: Iterable[int]) -> None:
-        """Return pages. Freeing a free page or an unknown page id is an error."""
-        for page in pages:
-            if not 0 <= page < self.num_pages:
-                raise ValueError(f"page {page} out of range [0, {self.num_pages})")
-            if self._is_free[page]:
+        """Return pages. Freeing a free page or an unknown page id is an error, and then
+        nothing is freed."""
+        pages = list(pages)
+        if not pages:
+            return
+        if min(pages) < 0 or max(pages) >= self.num_pages:
+            bad = next(p for p in pages if not 0 <= p < self.num_pages)
+            raise ValueError(f"page {bad} out of range [0, {self.num_pages})")
+        is_free = self._is_free
+        for i, page in enumerate(pages):
+            if is_free[page]:
+                for undone in pages[:i]:
+                    is_free[undone] = 0
                 raise ValueError(f"double free of page {page}")
-            self._is_free[page] = 1
-            self._free.append(page)
+            is_free[page] = 1
+        self._free.extend(pages)
 
     def page_slots(self, page: int) -> range:
         start = page * self.page_size
         return range(start, start + self.page_size)
 
+    def slots_of(self, pages: Sequence[int]) -> list[int]:
+        """The slots of ``pages``, in order."""
+        if self.page_size == 1:
+            return list(pages)
+        return [slot for page in pages for slot in self.page_slots(page)]
+
     def pages_of(self, slots: Sequence[int]) -> list[int]:
         """Page ids of page-aligned private slots (a run of whole pages, the last maybe partial)."""
+        if self.page_size == 1:
+            return list(slots)
         return [slot // self.page_size for slot in slots[:: self.page_size]]
 
     def check_integrity(self, used_pages: Iterable[int]) -> None:

@@ -389,9 +389,18 @@ class RadixCache:
 
 
 def _common_pages(key: list[int], tokens: Sequence[int], pos: int, end: int, page: int) -> int:
-    """Length of the common prefix of ``key`` and ``tokens[pos:end]``, floored to whole pages."""
+    """Length of the common prefix of ``key`` and ``tokens[pos:end]``, floored to whole pages.
+    Slices are compared in C: whole when they agree (the common case: a hit runs the whole
+    node), else by bisection over pages for the first page that differs."""
     n = min(len(key), end - pos)
-    i = 0
-    while i < n and key[i] == tokens[pos + i]:
-        i += 1
-    return i - i % page
+    n -= n % page
+    if key[:n] == list(tokens[pos : pos + n]):
+        return n
+    lo, hi = 0, n // page  # pages [0, lo) agree; one of [lo, hi) differs
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if key[lo * page : mid * page] == list(tokens[pos + lo * page : pos + mid * page]):
+            lo = mid
+        else:
+            hi = mid
+    return lo * page
