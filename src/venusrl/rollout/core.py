@@ -177,18 +177,12 @@ class RolloutCore:
 
     def demoted(self, engine: int, demoted: Iterable[str]) -> list[Action]:
         """The engine reports the trajectories it has demoted: every holder and waiter there
-        whose demotion changed gets its slot priority again (a demoted one is LOW), and an
-        urgent turn already waiting there takes the slot of a holder that is LOW now
-        (`_serve_urgent`). The others' slot priorities are current: every other input of
-        `slot_priority` (the policy, a grant, a placement) sets it when it changes."""
-        now = frozenset(demoted)
-        changed = now ^ self._demoted[engine]
-        self._demoted[engine] = now
+        gets its slot priority again (a demoted one is LOW), and an urgent turn already
+        waiting there takes the slot of a holder that is LOW now (`_serve_urgent`)."""
+        self._demoted[engine] = frozenset(demoted)
         slots = self.slots[engine]
-        for key in changed:
-            other = int(key)  # the engine's name of trajectory `id` is str(id)
-            if other in slots.holders or other in slots.waiting:
-                slots.set_priority(other, self.slot_priority(other))
+        for other in [*slots.holders, *slots.waiting]:
+            slots.set_priority(other, self.slot_priority(other))
         return self._serve_urgent(engine)
 
     def stale_demotions(self) -> list[int]:
