@@ -57,6 +57,7 @@ from venusrl.engine.wire import (
 )
 from venusrl.weights.broadcast import GroupSpec, WeightGroup
 from venusrl.weights.cuda_ipc import CudaIpcReader
+from venusrl.weights.digest import engine_weights_digest
 from venusrl.weights.layout import WeightLayout
 from venusrl.weights.shared_memory import SharedMemoryReader
 
@@ -191,7 +192,7 @@ class _Connection:
             "update_weights": self._update_weights, "update_weights_shared": self._update_weights_shared,
             "update_weights_cuda_ipc": self._update_weights_cuda_ipc,
             "update_weights_broadcast": self._update_weights_broadcast,
-            "health": self._health, "shutdown": self._shutdown,
+            "weight_digest": self._weight_digest, "health": self._health, "shutdown": self._shutdown,
         }
 
     async def run(self) -> None:
@@ -377,6 +378,9 @@ class _Connection:
         buffer = await asyncio.to_thread(group.receive, nbytes, self.engine.engine.runner.device)
         views = WeightLayout.from_wire(header.get("layout")).views(buffer)
         await self.engine.update_weights(views, field_of(header, "version", int))
+
+    async def _weight_digest(self, header, frame):
+        return await self.engine.acall(lambda engine: engine_weights_digest(engine.runner.model))
 
     async def _health(self, header, frame):
         return asdict(await self.engine.health())

@@ -306,6 +306,10 @@ class RemoteEngine:
         only the layout and where to find the bytes cross the socket."""
         await self._conn().call(f"update_weights_{transport}", version=version, layout=layout.to_wire(), **fields)
 
+    async def weight_digest(self) -> str:
+        """The engine's weights' fingerprint (weights/digest.py): a push checked end to end."""
+        return await self._conn().call("weight_digest")
+
     async def health(self) -> EngineHealth:
         exit_code = None if self.process is None else self.process.poll()
         if exit_code is not None:
