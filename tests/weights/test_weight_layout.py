@@ -7,6 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from venusrl.weights.copy import copy_into
 from venusrl.weights.layout import ALIGN, WeightLayout
 
 shapes = st.lists(st.integers(0, 5), min_size=0, max_size=3).map(tuple)
@@ -55,3 +56,15 @@ def test_a_bad_layout_from_the_wire_is_refused_naming_the_tensor(mutate, message
     mutate(wire)
     with pytest.raises(ValueError, match=message):
         WeightLayout.from_wire(wire)
+
+
+@given(st.integers(1, 200), st.integers(1, 9), st.sampled_from([torch.float32, torch.bfloat16]),
+       st.sampled_from(["contiguous", "transposed", "cast"]))
+def test_copy_into_writes_every_element_in_any_layout(rows, cols, dtype, kind):
+    source = torch.randn(rows, cols, generator=torch.Generator().manual_seed(rows)).to(dtype).requires_grad_()
+    if kind == "transposed":  # as the engine's fused q/k/v weights are
+        target = torch.empty(cols, rows * 2, dtype=dtype)[:, :rows].t()
+    else:
+        target = torch.empty(rows, cols, dtype=torch.float16 if kind == "cast" else dtype)
+    copy_into(target, source)
+    assert torch.equal(target, source.detach().to(target.dtype))

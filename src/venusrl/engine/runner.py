@@ -13,6 +13,7 @@ from venusrl.engine.kv_pool import KVPool
 from venusrl.engine.paged_attention import ATTENTION_BACKENDS, SequenceSlots
 from venusrl.model.causal_lm import CausalLM
 from venusrl.model.sampling import greedy, is_greedy, position_seed, sample
+from venusrl.weights.copy import copy_into
 
 
 @dataclass(slots=True, frozen=True)
@@ -112,6 +113,6 @@ class ModelRunner:
         before the first is copied, so a bad update changes nothing."""
         params = dict(self.model.named_parameters(remove_duplicate=False))
         for name, tensor in self.check_weights(state_dict).items():
-            params[name].copy_(tensor, non_blocking=True)
+            copy_into(params[name], tensor)
         if self.device.type == "cuda":  # the copies are read by the next forward and freed by the caller
             torch.cuda.current_stream(self.device).synchronize()

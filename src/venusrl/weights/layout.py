@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from venusrl.weights.copy import copy_into
+
 ALIGN = 256  # bytes: a cache line on the host, the allocation granule of CUDA's caching allocator
 DTYPES = {name: getattr(torch, name) for name in (
     "float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")}
@@ -65,7 +67,7 @@ class WeightLayout:
         views = self.views(buffer)
         with torch.no_grad():
             for slot in self.slots:
-                views[slot.name].copy_(state_dict[slot.name])
+                copy_into(views[slot.name], state_dict[slot.name].detach())
 
     def views(self, buffer: torch.Tensor) -> dict[str, torch.Tensor]:
         """Each tensor as a view into `buffer` (aliases too), no copy."""
