@@ -12,7 +12,9 @@ engine placement, today's paths against weights/'s, on one model shape.
                    in for an engine on another host
 
 A push is timed from the trainer holding new weights to the engine serving them (its version
-set): everything the engine needs before its next step, host copies included. Placements are
+set): everything the engine needs before its next step, host copies included. Each
+placement's first push (segments created, pages faulted in, IPC handles opened: once per
+run) is reported apart as `first_push_s`. Placements are
 interleaved and rotated each repeat (A,B,C / B,C,A / ...), so a load change on the machine
 hits all of them; each new transport is compared with today's path for the same placement
 repeat by repeat (`speedup`: median and spread of the paired ratios). After the last repeat
@@ -65,8 +67,9 @@ ENGINE = EngineConfig(kv_capacity_tokens=256, page_size=16, max_running_requests
 
 
 def default_placements(device: str) -> list[str]:
-    same_host = "cuda_ipc" if device.startswith("cuda") else "shared_memory"
-    return ["device_copy", "host_copy", same_host, "socket", "broadcast"]
+    if device.startswith("cuda"):  # NCCL takes one rank per GPU: a broadcast needs the engine on another GPU
+        return ["device_copy", "host_copy", "cuda_ipc", "socket"]
+    return ["device_copy", "host_copy", "shared_memory", "socket", "broadcast"]
 
 
 def write_model_dir(path: Path, shape: str, dtype: torch.dtype, device: str) -> Path:
@@ -104,6 +107,9 @@ def measure_weight_push(model_shape: str = "qwen3-0.6b", device: str = "cpu", dt
     unknown = [p for p in placements if p not in (*BASELINES, "host_copy", "socket")]
     if unknown:
         raise ValueError(f"placements {unknown} are not among {', '.join((*BASELINES, 'host_copy', 'socket'))}")
+    if device.startswith("cuda") and "broadcast" in placements:
+        raise ValueError("placements: broadcast over NCCL needs the engine on another GPU than the trainer; "
+                         "this benchmark runs both on one")
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     engine_dtype = resolve_dtype(dtype)
@@ -132,23 +138,31 @@ async def _measure(model_dir: Path, shape: str, device: str, engine_dtype: torch
         remote = (await asyncio.to_thread(spawn_engines, [spec]))[0]
     pushers = {p: _pusher(p, in_process, remote, engine_dtype, group) for p in placements}
     seconds: dict[str, list[float]] = {p: [] for p in placements}
+    first: dict[str, float] = {}
     version = 0
+
+    async def timed(placement: str) -> float:
+        nonlocal version
+        version += 1
+        gc.collect()
+        _sync(device)
+        started = time.perf_counter()
+        if placement in ("host_copy", "socket"):  # today: StreamingTrainer.engine_weights first
+            await pushers[placement].push({name: tensor.to("cpu", copy=True) for name, tensor in weights.items()},
+                                          version)
+        else:
+            await pushers[placement].push(weights, version)
+        _sync(device)
+        return time.perf_counter() - started
+
     try:
+        for placement in placements:  # a run's first push maps segments and faults pages in: once per run
+            first[placement] = round(await timed(placement), 4)
+            progress(f"first push {placement}: {first[placement]:.3f} s")
         for repeat in range(repeats):
             order = placements[repeat % len(placements):] + placements[: repeat % len(placements)]
             for placement in order:
-                version += 1
-                gc.collect()
-                _sync(device)
-                started = time.perf_counter()
-                if placement in ("host_copy", "socket"):  # today: StreamingTrainer.engine_weights first
-                    pushed = {name: tensor.to("cpu", copy=True) for name, tensor in weights.items()}
-                    await pushers[placement].push(pushed, version)
-                    del pushed
-                else:
-                    await pushers[placement].push(weights, version)
-                _sync(device)
-                seconds[placement].append(time.perf_counter() - started)
+                seconds[placement].append(await timed(placement))
                 progress(f"repeat {repeat + 1}/{repeats} {placement}: {seconds[placement][-1]:.3f} s")
         want = expected_digest(weights, engine_dtype, trainer.args.tie_word_embeddings)
         identical = {}
@@ -162,7 +176,7 @@ async def _measure(model_dir: Path, shape: str, device: str, engine_dtype: torch
         for engine in (in_process, remote):
             if engine is not None:
                 await engine.shutdown()
-    return _report(shape, device, engine_dtype, source_dtype, nbytes, repeats, seconds, identical)
+    return _report(shape, device, engine_dtype, source_dtype, nbytes, repeats, seconds, first, identical)
 
 
 def _pusher(placement: str, in_process: AsyncEngine | None, remote: RemoteEngine | None, dtype: torch.dtype,
@@ -183,10 +197,12 @@ def _spread(values: list[float]) -> dict[str, float]:
 
 
 def _report(shape: str, device: str, engine_dtype: torch.dtype, source_dtype: torch.dtype, nbytes: int,
-            repeats: int, seconds: dict[str, list[float]], identical: dict[str, bool]) -> dict[str, Any]:
+            repeats: int, seconds: dict[str, list[float]], first: dict[str, float],
+            identical: dict[str, bool]) -> dict[str, Any]:
     placements: dict[str, Any] = {}
     for placement, values in seconds.items():
-        entry = {"seconds": _spread(values), "gb_per_s": round(nbytes / statistics.median(values) / 1e9, 3)}
+        entry = {"seconds": _spread(values), "gb_per_s": round(nbytes / statistics.median(values) / 1e9, 3),
+                 "first_push_s": first[placement]}
         baseline = BASELINES.get(placement)
         if baseline in seconds:
             ratios = [b / a for a, b in zip(values, seconds[baseline], strict=True)]
