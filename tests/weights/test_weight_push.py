@@ -20,7 +20,7 @@ from venusrl.model.checkpoint import load_model
 from venusrl.types import Priority, SamplingParams
 from venusrl.weights.broadcast import WeightGroup
 from venusrl.weights.config import WeightSyncConfig
-from venusrl.weights.digest import engine_weights_digest, expected_digest
+from venusrl.weights.digest import expected_digest
 from venusrl.weights.layout import WeightLayout
 from venusrl.weights.pusher import WeightPusher
 
@@ -66,7 +66,7 @@ def test_an_engine_in_this_process_gets_the_trainers_tensors_by_a_device_copy(ti
         try:
             assert pusher.routes(weights_on_gpu=False) == {"device_copy": [0]}
             await pusher.push(weights, 3)
-            digest = await engine.acall(lambda e: engine_weights_digest(e.runner.model))
+            digest = await engine.weight_digest()
             return digest, await engine.health(), await _greedy(engine, list(range(5, 25)))
         finally:
             await engine.shutdown()

@@ -49,7 +49,7 @@ from venusrl.model.checkpoint import load_model, resolve_dtype, save_weights
 from venusrl.model.tiny import make_tiny_model
 from venusrl.weights.broadcast import WeightGroup
 from venusrl.weights.config import WeightSyncConfig
-from venusrl.weights.digest import engine_weights_digest, expected_digest
+from venusrl.weights.digest import expected_digest
 from venusrl.weights.pusher import WeightPusher
 
 SHAPES = {  # the official Qwen3 configs' shapes
@@ -167,7 +167,7 @@ async def _measure(model_dir: Path, shape: str, device: str, engine_dtype: torch
         want = expected_digest(weights, engine_dtype, trainer.args.tie_word_embeddings)
         identical = {}
         if in_process is not None:
-            identical["in_process"] = want == await in_process.acall(lambda e: engine_weights_digest(e.runner.model))
+            identical["in_process"] = want == await in_process.weight_digest()
         if remote is not None:
             identical["engine_process"] = want == await remote.weight_digest()
     finally:

@@ -32,6 +32,7 @@ from venusrl.model.causal_lm import CausalLM
 from venusrl.model.chat import ChatTokenizer, load_tokenizer
 from venusrl.model.checkpoint import load_model
 from venusrl.types import Priority, SamplingParams
+from venusrl.weights.digest import engine_weights_digest
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +180,10 @@ class Engine:
         self.weight_version = version
         dropped = self.scheduler.drop_all_kv() if self.config.kv_after_weight_update == "recompute" else 0
         log.info("weights updated to version %d (%d cached KV tokens dropped)", version, dropped)
+
+    def weight_digest(self) -> str:
+        """The fingerprint of the weights this engine serves (weights/digest.py)."""
+        return engine_weights_digest(self.runner.model)
 
     def rebuilt(self) -> Engine:
         """A fresh engine over this one's model weights, for when this one crashed inside a

@@ -57,7 +57,6 @@ from venusrl.engine.wire import (
 )
 from venusrl.weights.broadcast import GroupSpec, WeightGroup
 from venusrl.weights.cuda_ipc import CudaIpcReader
-from venusrl.weights.digest import engine_weights_digest
 from venusrl.weights.layout import WeightLayout
 from venusrl.weights.shared_memory import SharedMemoryReader
 
@@ -380,7 +379,7 @@ class _Connection:
         await self.engine.update_weights(views, field_of(header, "version", int))
 
     async def _weight_digest(self, header, frame):
-        return await self.engine.acall(lambda engine: engine_weights_digest(engine.runner.model))
+        return await self.engine.weight_digest()
 
     async def _health(self, header, frame):
         return asdict(await self.engine.health())
