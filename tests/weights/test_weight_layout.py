@@ -68,3 +68,4 @@ def test_copy_into_writes_every_element_in_any_layout(rows, cols, dtype, kind):
         target = torch.empty(rows, cols, dtype=torch.float16 if kind == "cast" else dtype)
     copy_into(target, source)
     assert torch.equal(target, source.detach().to(target.dtype))
+

@@ -64,6 +64,7 @@ class WeightPusher:
             choose_transport(config.transport, location, weights_on_gpu=config.transport == "cuda_ipc")
         self._shared = SharedMemoryWriter()
         self._ipc = CudaIpcWriter()
+        self._broadcast_buffer: torch.Tensor | None = None  # kept across pushes, as the others' buffers
         self._lock = asyncio.Lock()
         self.last_seconds: dict[str, float] = {}
 
@@ -116,8 +117,10 @@ class WeightPusher:
         else:
             if self.group is None or len(engines) != self.group.spec.world_size - 1:
                 raise ValueError("engine.weight_sync: a broadcast needs every engine of the weight group")
-            buffer = torch.empty(layout.nbytes, dtype=torch.uint8, device=device)
-            layout.pack(weights, buffer)
+            buffer = self._broadcast_buffer
+            if buffer is None or buffer.numel() != layout.nbytes or buffer.device != device:
+                buffer = self._broadcast_buffer = torch.empty(layout.nbytes, dtype=torch.uint8, device=device)
+            await asyncio.to_thread(layout.pack, weights, buffer)
             answers = [engine.update_weights_by("broadcast", version, layout, {"nbytes": layout.nbytes})
                        for engine in engines]  # sent before the broadcast: each engine then joins it
             tasks = [asyncio.ensure_future(answer) for answer in answers]
@@ -127,6 +130,7 @@ class WeightPusher:
     def close(self) -> None:
         self._shared.close()
         self._ipc.close()
+        self._broadcast_buffer = None
 
 
 async def _all(engines: list, calls: list) -> None:

@@ -15,6 +15,7 @@ and the acknowledgements), so a segment whole when a copy starts stays whole unt
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import uuid
@@ -24,6 +25,7 @@ import torch
 
 from venusrl.weights.layout import WeightLayout
 
+log = logging.getLogger(__name__)
 HEADER_BYTES = 64
 PREFIX = "venusrl-weights-"
 
@@ -36,6 +38,28 @@ def shm_directory() -> Path:
 
 def _map(path: Path, nbytes: int) -> torch.Tensor:
     return torch.from_file(str(path), shared=True, size=nbytes, dtype=torch.uint8)
+
+
+def remove_orphans(directory: Path) -> list[Path]:
+    """Segments left by pushing processes that are gone (killed before `close`): /dev/shm is
+    memory, so each would hold a model's worth of it until reboot."""
+    removed = []
+    for path in directory.glob(f"{PREFIX}*"):
+        pid = path.name.removeprefix(PREFIX).split("-")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 class SharedMemoryWriter:
@@ -52,6 +76,8 @@ class SharedMemoryWriter:
         size = HEADER_BYTES + layout.nbytes
         if self.buffer is None or self.buffer.numel() < size:
             self.close()
+            for orphan in remove_orphans(self.directory):
+                log.info("removed the weight segment %s of a process that is gone", orphan)
             self.path = self.directory / f"{PREFIX}{os.getpid()}-{uuid.uuid4().hex[:12]}"
             with open(self.path, "wb") as f:
                 f.truncate(size)
