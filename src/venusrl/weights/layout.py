@@ -35,7 +35,7 @@ class TensorSlot:
         count = 1
         for dim in self.shape:
             count *= dim
-        return count * torch.empty((), dtype=self.dtype).element_size()
+        return count * self.dtype.itemsize
 
 
 @dataclass(frozen=True, slots=True)
