@@ -76,6 +76,7 @@ class WeightGroup:
             if spec.backend == "nccl":
                 options = dist.ProcessGroupNCCL.Options()
                 options._timeout = timeout
+                options.group_name = STORE_PREFIX
                 self._group = dist.ProcessGroupNCCL(prefixed, spec.rank, spec.world_size, options)
             else:
                 self._group = dist.ProcessGroupGloo(prefixed, spec.rank, spec.world_size, timeout)
