@@ -154,21 +154,28 @@ def test_bad_prompts_are_rejected_before_they_run(model, prompt, message):
     assert not engine.has_work
 
 
-def test_bad_weight_updates_change_nothing(tiny_model_dir, model):
+def test_bad_weight_updates_are_refused_whole_and_change_nothing(tiny_model_dir, model):
+    """A bad update fails at its call, naming the tensor, before any tensor is copied: the
+    engine keeps its weights (same greedy tokens) and its version."""
     engine = Engine(load_model(tiny_model_dir), EngineConfig(kv_capacity_tokens=1024))
-    state = {k: v.clone() for k, v in model.state_dict().items()}
+    prompt = prompts(1, seed=21)[0]
+    before = engine.generate([prompt], GREEDY)[0].output_ids
+    state = {k: v + 0.5 for k, v in model.state_dict().items()}  # every tensor copied first would show
     with pytest.raises(ValueError, match="not newer"):
         engine.update_weights(state, version=0)
     broken = dict(state)
     broken["model.norm.weight"] = torch.ones(3)
-    engine.update_weights(broken, version=1)
     with pytest.raises(ValueError, match="model.norm.weight has shape"):
-        engine.step()
+        engine.update_weights(broken, version=1)
+    with pytest.raises(ValueError, match="model.norm.weight has dtype torch.int64"):
+        engine.update_weights({**state, "model.norm.weight": state["model.norm.weight"].long()}, version=1)
     partial = {k: v for k, v in state.items() if "layers.1" not in k}
-    engine.update_weights(partial, version=2)
     with pytest.raises(ValueError, match="missing"):
-        engine.step()
+        engine.update_weights(partial, version=2)
+    with pytest.raises(ValueError, match="unknown"):
+        engine.update_weights({**state, "model.extra.weight": torch.ones(2)}, version=2)
     assert engine.weight_version == 0
+    assert engine.generate([prompt], GREEDY)[0].output_ids == before
 
 
 def test_priority_and_trajectory_api(model):

@@ -153,3 +153,36 @@ def bench_rollout(
                                  param_hint="--slots-per-engine/--kv-tokens-per-engine/--repeats/--test-log-lines/"
                                  "--tool-latency-s/--engine-backend/--head-dim/--vllm-kv-connector")
     main(quick, json_out, sweep, engine_placement, greedy_check, overrides)
+
+
+@bench_app.command("weight-push")
+def bench_weight_push(
+    model_shape: Annotated[str, typer.Option(help="qwen3-0.6b, qwen3-4b (official shapes, random weights) or tiny")] = (
+        "qwen3-0.6b"),
+    device: Annotated[str, typer.Option(help="cpu or cuda: where the trainer's weights and the engines are")] = "cpu",
+    dtype: Annotated[str, typer.Option(help="the engines' dtype")] = "bfloat16",
+    trainer_dtype: Annotated[str | None, typer.Option(help="the trainer's (default: --dtype; float32 for fp32 "
+                                                           "master weights, cast on the push)")] = None,
+    placements: Annotated[str | None, typer.Option(help="comma-separated among device_copy,host_copy,shared_memory,"
+                                                        "cuda_ipc,socket,broadcast (default: all for the device)")] = None,
+    repeats: Annotated[int, typer.Option(min=1, help="interleaved repeats of every placement")] = 5,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+) -> None:
+    """Seconds to push the trainer's weights into an engine per placement (weights/), today's
+    host and socket paths against device copy, shared memory or CUDA IPC, and broadcast."""
+    from venusrl.bench.report import emit
+    from venusrl.bench.weight_push import measure_weight_push
+
+    chosen = [p.strip() for p in placements.split(",") if p.strip()] if placements else None
+    try:
+        result = measure_weight_push(model_shape, device, dtype, trainer_dtype, chosen, repeats,
+                                     progress=lambda line: typer.echo(line, err=True))
+    except ValueError as err:
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(2) from None
+    result["command"] = (f"venusrl bench weight-push --model-shape {model_shape} --device {device} --dtype {dtype}"
+                         + (f" --trainer-dtype {trainer_dtype}" if trainer_dtype else "")
+                         + (f" --placements {placements}" if placements else "") + f" --repeats {repeats}")
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+    emit(result, json_out)

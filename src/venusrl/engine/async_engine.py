@@ -218,6 +218,10 @@ class AsyncEngine:
     async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
         await self._run(Engine.update_weights, state_dict, version)
 
+    async def weight_digest(self) -> str:
+        """The served weights' fingerprint, taken between two steps (never mid-update)."""
+        return await self._run(Engine.weight_digest)
+
     async def health(self) -> EngineHealth:
         if not self.alive:
             return EngineHealth(False, self.engine.weight_version, self.restarts, str(self._error or "stopped"))

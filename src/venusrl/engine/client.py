@@ -129,7 +129,9 @@ class EngineClient(Protocol):
     def info(self) -> EngineInfo: ...
 
     async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
-        """Queued; applied at the engine's next iteration boundary."""
+        """Applied at an iteration boundary before the call returns, all tensors or none (a
+        bad one is a ValueError naming it, and the engine keeps its weights and version).
+        A run pushes through `weights/pusher.py`, which picks how the tensors travel."""
         ...
 
     async def health(self) -> EngineHealth: ...

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from venusrl.schema import Section
+from venusrl.weights.config import WeightSyncConfig
 
 EnginePlacement = Literal["in_process", "process"]
 
@@ -60,3 +61,16 @@ class EngineConfig(Section):
         "by the weights it is sampled under; keep: reuse it (faster, an off-policy approximation "
         "that the recorded log-probs and TIS/IcePop correct for)",
     )
+    weight_sync: WeightSyncConfig = Field(
+        default_factory=WeightSyncConfig, description="how the trainer's weights reach the engines after each step "
+        "(weights/): the transport per engine placement, and the broadcast group's rendezvous")
+
+    @model_validator(mode="after")
+    def _weight_transport_reaches_the_engines(self) -> EngineConfig:
+        transport = self.weight_sync.transport
+        in_process = self.placement == "in_process" and self.backend == "ours"
+        if (in_process and transport not in ("auto", "device_copy")) or (not in_process and transport == "device_copy"):
+            where = "in this process" if in_process else "in processes of their own"
+            raise ValueError(f"engine.weight_sync.transport: {transport} cannot reach engines {where} "
+                             f"(engine.placement: {self.placement}, engine.backend: {self.backend})")
+        return self

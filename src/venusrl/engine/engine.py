@@ -1,8 +1,9 @@
 """The rollout engine: the pure scheduler deciding, the model runner computing.
 
 Single-threaded and step-driven: `step()` applies what was queued since the last step
-(weight updates, trajectory changes) at the iteration boundary, runs one batch, and returns
-what each request produced. `AsyncEngine` drives it from a thread for asyncio callers.
+(trajectory changes) at the iteration boundary, runs one batch, and returns what each
+request produced; a weight update is copied in by its call, itself at a boundary.
+`AsyncEngine` drives it from a thread for asyncio callers.
 
 Fault isolation: a request whose sampling fails inside a step is failed alone (finish reason
 "error", its KV unlocked) and the step goes on for the rest of the batch. Caller trajectories
@@ -31,6 +32,7 @@ from venusrl.model.causal_lm import CausalLM
 from venusrl.model.chat import ChatTokenizer, load_tokenizer
 from venusrl.model.checkpoint import load_model
 from venusrl.types import Priority, SamplingParams
+from venusrl.weights.digest import engine_weights_digest
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +84,6 @@ class Engine:
         # the requests of the current (or last) step's batch: after a crash inside a step, the
         # requests the crash may be down to
         self.batch_ids: list[str] = []
-        self._pending_weights: tuple[dict[str, torch.Tensor], int] | None = None
         self._tracked: dict[str, _Tracked] = {}
         self._ids = itertools.count()
         self.step_log = StepLog()  # every step that computed something, timed (its whole `step()`)
@@ -164,22 +165,36 @@ class Engine:
         self.scheduler.set_priority(trajectory_id, Priority(priority))
 
     def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
-        """Queue new weights; applied at the next iteration boundary. In-flight requests carry
-        on under the new version, and every token records the version it was sampled under."""
+        """Copy in new weights now: the engine is single-threaded, so a call is always at an
+        iteration boundary (between two steps). In-flight requests carry on under the new
+        version, and every token records the version it was sampled under.
+
+        Invariant (one version per push, never mixed weights): every tensor is checked (name,
+        shape, floating dtype) before the first is copied and the version changes only after
+        the last; a bad update raises ValueError naming the tensor and leaves the weights and
+        the version as they were. The caller's tensors are read only during this call (they
+        may be the trainer's live parameters or a shared-memory mapping)."""
         if version <= self.weight_version:
             raise ValueError(f"weight version {version} is not newer than {self.weight_version}")
-        self._pending_weights = (state_dict, version)
+        self.runner.load_weights(state_dict)
+        self.weight_version = version
+        dropped = self.scheduler.drop_all_kv() if self.config.kv_after_weight_update == "recompute" else 0
+        log.info("weights updated to version %d (%d cached KV tokens dropped)", version, dropped)
+
+    def weight_digest(self) -> str:
+        """The fingerprint of the weights this engine serves (weights/digest.py)."""
+        return engine_weights_digest(self.runner.model)
 
     def rebuilt(self) -> Engine:
         """A fresh engine over this one's model weights, for when this one crashed inside a
-        step: new scheduler, KV pool and runner; the weight version, owed weights and the
+        step: new scheduler, KV pool and runner; the weight version and the
         caller trajectories with their declared priorities carried over. Its requests are
         the caller's to re-issue (`AsyncEngine` does)."""
         trajectories = {k: p for k, p in self.scheduler.cache.declared_priorities().items() if isinstance(k, str)}
         model = self.runner.model
         self.runner = None  # the old KV pool goes before a new one is allocated (a GPU holds one)
         fresh = Engine(model, self.config, self.tokenizer, self.seed + 1, self.clock)
-        fresh.weight_version, fresh._pending_weights = self.weight_version, self._pending_weights
+        fresh.weight_version = self.weight_version
         fresh._ids = self._ids  # re-issued requests keep their ids: new ones must not collide
         fresh.step_log = self.step_log
         for trajectory_id, priority in trajectories.items():
@@ -196,19 +211,11 @@ class Engine:
 
     def step(self) -> list[RequestOutput]:
         started = time.monotonic()
-        updated = self._pending_weights is not None
-        if updated:
-            state_dict, version = self._pending_weights
-            self.runner.load_weights(state_dict)
-            # cleared only once loaded: a crash mid-copy leaves them owed to a rebuilt engine
-            self.weight_version, self._pending_weights = version, None
-            dropped = self.scheduler.drop_all_kv() if self.config.kv_after_weight_update == "recompute" else 0
-            log.info("weights updated to version %d (%d cached KV tokens dropped)", version, dropped)
         self.release_idle_trajectories()
         self.batch_ids = []
         batch = self.scheduler.schedule()
         self.batch_ids = [item.request_id for item in batch.items]
-        self.last_step_idle = not batch and not updated
+        self.last_step_idle = not batch
         sampled = self.runner.run(batch)
         # aborted before on_batch_done, which then skips them: their private pages are freed and
         # their computed prefix left to the cache unlocked (evictable), as for any aborted request

@@ -15,6 +15,7 @@ from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
 from venusrl.engine.process import EngineSpec
 from venusrl.engine.remote import RemoteEngine, spawn_engines
+from venusrl.weights.broadcast import WeightGroup
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,11 @@ def engine_spec(model_dir: Path, engine: EngineConfig, model: Any, weight_versio
 
 
 def open_engines(model_dir: Path, engine: EngineConfig, model: Any, count: int, weight_version: int = 0,
-                 handshakes: list[dict[str, Any]] | None = None) -> list[EngineClient]:
-    """`count` engine clients; with `handshakes`, clients of those running engine processes."""
+                 handshakes: list[dict[str, Any]] | None = None,
+                 weight_group: WeightGroup | None = None) -> list[EngineClient]:
+    """`count` engine clients; with `handshakes`, clients of those running engine processes.
+    With `weight_group` (rank 0 in this process), the engine processes started here join it
+    as ranks 1..count."""
     if handshakes is not None:
         return [RemoteEngine.from_handshake(h, name=f"engine {i} ({h['address'][0]}, pid {h['pid']})")
                 for i, h in enumerate(handshakes)]
@@ -39,7 +43,9 @@ def open_engines(model_dir: Path, engine: EngineConfig, model: Any, count: int, 
         return [VLLMEngine.start(model_dir, engine, dtype=model.dtype, weight_version=weight_version)
                 for _ in range(count)]
     if engine.placement == "process":
-        return list(spawn_engines([engine_spec(model_dir, engine, model, weight_version)] * count))
+        spec = engine_spec(model_dir, engine, model, weight_version)
+        return list(spawn_engines([spec.model_copy(update={"weight_group": weight_group.member(rank + 1)})
+                                   if weight_group is not None else spec for rank in range(count)]))
     engines = []
     for _ in range(count):
         built = Engine.from_pretrained(model_dir, engine, dtype=model.dtype, device=model.device)

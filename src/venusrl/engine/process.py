@@ -26,6 +26,7 @@ import asyncio
 import json
 import logging
 import os
+import socket
 import sys
 import threading
 from collections.abc import Awaitable, Callable
@@ -54,6 +55,10 @@ from venusrl.engine.wire import (
     steps_to_wire,
     token_ids_of,
 )
+from venusrl.weights.broadcast import GroupSpec, WeightGroup
+from venusrl.weights.cuda_ipc import CudaIpcReader
+from venusrl.weights.layout import WeightLayout
+from venusrl.weights.shared_memory import SharedMemoryReader
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +78,9 @@ class EngineSpec(BaseModel):
     kv_transport: str = Field("tcp", description="how other engines' prefix KV reaches this one: tcp or mooncake")
     host: str = Field("127.0.0.1", description="address the wire server and KV receiver bind and advertise")
     torch_threads: int | None = Field(None, description="torch intra-op threads (None: torch's default)")
+    weight_group: GroupSpec | None = Field(
+        None, description="the weight group this engine joins (rank >= 1) to take pushes by broadcast "
+        "(weights/broadcast.py); None: pushes come over the socket, shared memory or CUDA IPC")
 
 
 def build_engine(spec: EngineSpec) -> AsyncEngine:
@@ -99,6 +107,15 @@ class EngineServer:
         self._server: asyncio.Server | None = None
         self._receiver = None
         self._connections: set[_Connection] = set()
+        # how pushed weights reach this process other than over the socket (weights/)
+        self.shared_weights = SharedMemoryReader()
+        self.ipc_weights = CudaIpcReader()
+        self.weight_group: WeightGroup | None = None
+
+    def join_weight_group(self, spec: GroupSpec) -> None:
+        """Join in the background (the pushing process joins as rank 0 after starting us);
+        the first broadcast waits for it."""
+        self.weight_group = WeightGroup(spec)
 
     async def start(self, port: int = 0) -> dict[str, Any]:
         """Serve; returns the handshake (what a `RemoteEngine` needs to reach this engine)."""
@@ -120,7 +137,8 @@ class EngineServer:
 
     def handshake(self) -> dict[str, Any]:
         return {"address": list(self.address), "kv_address": list(self.kv_address), "kv_transport": self.kv_transport,
-                "info": info_to_wire(self.engine.info()), "pid": os.getpid()}
+                "info": info_to_wire(self.engine.info()), "pid": os.getpid(), "hostname": socket.gethostname(),
+                "weight_rank": None if self.weight_group is None else self.weight_group.spec.rank}
 
     async def close(self) -> None:
         if self._server is not None:
@@ -170,7 +188,10 @@ class _Connection:
             "load": self._load, "stats": self._stats, "steps_since": self._steps_since,
             "export_prefix": self._export_prefix,
             "import_prefix": self._import_prefix, "send_prefix": self._send_prefix,
-            "update_weights": self._update_weights, "health": self._health, "shutdown": self._shutdown,
+            "update_weights": self._update_weights, "update_weights_shared": self._update_weights_shared,
+            "update_weights_cuda_ipc": self._update_weights_cuda_ipc,
+            "update_weights_broadcast": self._update_weights_broadcast,
+            "weight_digest": self._weight_digest, "health": self._health, "shutdown": self._shutdown,
         }
 
     async def run(self) -> None:
@@ -336,6 +357,30 @@ class _Connection:
     async def _update_weights(self, header, frame):
         await self.engine.update_weights(dict(frame.tensors), field_of(header, "version", int))
 
+    async def _update_weights_shared(self, header, frame):
+        version = field_of(header, "version", int)
+        views = self.server.shared_weights.views(field_of(header, "path", str), field_of(header, "size", int),
+                                                 WeightLayout.from_wire(header.get("layout")), version)
+        await self.engine.update_weights(views, version)
+
+    async def _update_weights_cuda_ipc(self, header, frame):
+        views = self.server.ipc_weights.views(field_of(header, "handle", dict),
+                                              WeightLayout.from_wire(header.get("layout")))
+        await self.engine.update_weights(views, field_of(header, "version", int))
+
+    async def _update_weights_broadcast(self, header, frame):
+        group = self.server.weight_group
+        if group is None:
+            raise WireError("update_weights_broadcast: this engine is in no weight group (EngineSpec.weight_group)")
+        nbytes = field_of(header, "nbytes", int)
+        # received whole before anything is checked: every rank takes part in every broadcast
+        buffer = await asyncio.to_thread(group.receive, nbytes, self.engine.engine.runner.device)
+        views = WeightLayout.from_wire(header.get("layout")).views(buffer)
+        await self.engine.update_weights(views, field_of(header, "version", int))
+
+    async def _weight_digest(self, header, frame):
+        return await self.engine.weight_digest()
+
     async def _health(self, header, frame):
         return asdict(await self.engine.health())
 
@@ -360,6 +405,8 @@ def _exit_when_parent_goes(loop: asyncio.AbstractEventLoop, server: EngineServer
 async def _main(spec: EngineSpec, port: int) -> None:
     engine = await asyncio.to_thread(build_engine, spec)
     server = EngineServer(engine, spec.host, spec.kv_transport)
+    if spec.weight_group is not None:
+        server.join_weight_group(spec.weight_group)
     handshake = await server.start(port)
     out = sys.stdout
     out.write(json.dumps(handshake) + "\n")

@@ -55,6 +55,7 @@ from venusrl.engine.wire import (
     steps_of,
 )
 from venusrl.types import Priority, SamplingParams
+from venusrl.weights.layout import WeightLayout
 
 log = logging.getLogger(__name__)
 
@@ -174,9 +175,13 @@ class RemoteEngine:
     """An `EngineClient` for the engine served at `address` (a `process.EngineServer`)."""
 
     def __init__(self, address: tuple[str, int], info: EngineInfo, kv_address: KVAddress | None = None,
-                 process: subprocess.Popen | None = None, name: str = "engine") -> None:
+                 process: subprocess.Popen | None = None, name: str = "engine", hostname: str | None = None,
+                 weight_rank: int | None = None) -> None:
         self.address, self._info, self._kv_address = address, info, kv_address
         self.process, self.name = process, name
+        # where it runs, for the weight transport (weights/placement.py): its host's name, and
+        # its rank in the weight group (None: not a member)
+        self.hostname, self.weight_rank = hostname, weight_rank
         self.closing = False  # shutdown was called: the connection's end is expected
         self._connection: _Connection | None = None
         self._last_health = EngineHealth(True, 0, 0)
@@ -185,7 +190,8 @@ class RemoteEngine:
     def from_handshake(cls, handshake: dict[str, Any], process: subprocess.Popen | None = None,
                        name: str = "engine") -> RemoteEngine:
         return cls(address_of(handshake["address"]), info_of(handshake["info"]),
-                   address_of(handshake["kv_address"]), process, name)
+                   address_of(handshake["kv_address"]), process, name, handshake.get("hostname"),
+                   handshake.get("weight_rank"))
 
     def _conn(self) -> _Connection:
         loop = asyncio.get_running_loop()
@@ -291,7 +297,18 @@ class RemoteEngine:
                                        trajectory_id=trajectory_id)
 
     async def update_weights(self, state_dict: dict[str, torch.Tensor], version: int) -> None:
+        """The tensors' bytes over the socket (the `socket` weight transport)."""
         await self._conn().call("update_weights", state_dict, version=version)
+
+    async def update_weights_by(self, transport: str, version: int, layout: WeightLayout,
+                                fields: dict[str, Any]) -> None:
+        """A push whose bytes go another way (`shared`, `cuda_ipc`, `broadcast`: weights/):
+        only the layout and where to find the bytes cross the socket."""
+        await self._conn().call(f"update_weights_{transport}", version=version, layout=layout.to_wire(), **fields)
+
+    async def weight_digest(self) -> str:
+        """The engine's weights' fingerprint (weights/digest.py): a push checked end to end."""
+        return await self._conn().call("weight_digest")
 
     async def health(self) -> EngineHealth:
         exit_code = None if self.process is None else self.process.poll()

@@ -13,6 +13,7 @@ from venusrl.engine.kv_pool import KVPool
 from venusrl.engine.paged_attention import ATTENTION_BACKENDS, SequenceSlots
 from venusrl.model.causal_lm import CausalLM
 from venusrl.model.sampling import greedy, is_greedy, position_seed, sample
+from venusrl.weights.copy import copy_into
 
 
 @dataclass(slots=True, frozen=True)
@@ -83,10 +84,11 @@ class ModelRunner:
             out.tokens[item.request_id] = SampledToken(token, logprob)
         return out
 
-    @torch.no_grad()
-    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
-        """Copy new weights in place (names as in Hugging Face checkpoints); every tensor of
-        the model must be given, so a partial update cannot leave mixed versions."""
+    def check_weights(self, state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The tensors `load_weights` copies, once every one is known to fit: every parameter
+        given (names as in Hugging Face checkpoints; a tied `lm_head.weight` may be left out),
+        no unknown name, each of the parameter's shape and of a floating dtype (cast on the
+        copy). ValueError naming the first tensor that does not fit."""
         params = dict(self.model.named_parameters(remove_duplicate=False))
         tied = self.model.args.tie_word_embeddings
         missing = [n for n in params if n not in state_dict and not (tied and n == "lm_head.weight")]
@@ -99,5 +101,18 @@ class ModelRunner:
                 raise ValueError(
                     f"update_weights: {name} has shape {tuple(tensor.shape)}, expected {tuple(params[name].shape)}"
                 )
-        for name, tensor in updates.items():
-            params[name].copy_(tensor)
+            if not tensor.is_floating_point():
+                raise ValueError(f"update_weights: {name} has dtype {tensor.dtype}, expected a floating dtype "
+                                 f"(the engine's is {params[name].dtype})")
+        return updates
+
+    @torch.no_grad()
+    def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Copy new weights in place, cast to the engine's dtype on its device (from tensors on
+        any device: the trainer's GPU, host memory, a shared-memory mapping). All are checked
+        before the first is copied, so a bad update changes nothing."""
+        params = dict(self.model.named_parameters(remove_duplicate=False))
+        for name, tensor in self.check_weights(state_dict).items():
+            copy_into(params[name], tensor)
+        if self.device.type == "cuda":  # the copies are read by the next forward and freed by the caller
+            torch.cuda.current_stream(self.device).synchronize()

@@ -93,7 +93,9 @@ class TrainingDriver:
     async def _step(self, batch: list[Group]) -> None:
         result = await self.trainer.step()
         self.step, self.version = self.step + 1, result.version
-        await self.rollout.push_weights(await self.trainer.weights(), result.version)
+        pushed = time.perf_counter()
+        push_seconds = await self.rollout.push_weights(await self.trainer.weights(), result.version)
+        push_s = time.perf_counter() - pushed
         self.ledger.record(self.step, result.version, [g.prompt.id for g in batch])
         record = {"kind": "step", "time_s": self.now(), "step": self.step, "weight_version": result.version,
                   "reward_mean": result.reward_mean, "reward_std": result.reward_std, "loss": result.loss,
@@ -102,6 +104,9 @@ class TrainingDriver:
                   "trajectories": result.trajectories, "tokens_generated": result.tokens,
                   "tokens_per_s": result.tokens / result.seconds if result.seconds > 0 else 0.0,
                   "step_time_s": result.seconds, "skipped_groups": result.skipped_groups,
+                  # the trainer's weights to every engine (and per transport, weights/pusher.py)
+                  "weight_push_s": round(push_s, 4),
+                  **{f"weight_push_{transport}_s": s for transport, s in push_seconds.items()},
                   **result.stats, **await self.rollout.stats()}
         if self.step % self.config.metrics.log_every_steps == 0:
             self.metrics.write(record)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+import torch
 
 from venusrl.config import Config
 from venusrl.coordinator.snapshot import CoordinatorSnapshot
@@ -78,6 +79,11 @@ class TrainerActor(TrainerService):
         log_to_run(run_dir, config.run.log_level, "trainer")
         super().__init__(config, model_dir, weight_version, optimizer_state)
         return placement()
+
+    async def weights(self) -> dict[str, torch.Tensor]:
+        """A host copy: the result goes into the object store after this returns, while the
+        trainer may step again, and the rollout actor may have no GPU."""
+        return await asyncio.to_thread(self.trainer.engine_weights)
 
 
 class EngineActor:

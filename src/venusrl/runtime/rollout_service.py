@@ -18,6 +18,7 @@ from venusrl.coordinator.snapshot import CoordinatorSnapshot
 from venusrl.engine.placement import open_engines
 from venusrl.env.registry import environment_factory
 from venusrl.model.chat import load_tokenizer
+from venusrl.model.checkpoint import resolve_dtype
 from venusrl.rollout.worker import RolloutWorker, next_ready
 from venusrl.runtime.config import SchedulerPolicy
 from venusrl.runtime.evaluation import scored_episodes
@@ -25,6 +26,8 @@ from venusrl.sandbox.cluster import LocalCluster
 from venusrl.sandbox.errors import SandboxError
 from venusrl.trainer.checkpoint import save_rollout_state
 from venusrl.types import Group, Priority, Prompt
+from venusrl.weights.broadcast import WeightGroup
+from venusrl.weights.pusher import WeightPusher
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +45,15 @@ class RolloutService:
     ) -> None:
         self.config = config
         policy: SchedulerPolicy = config.scheduler.policy
+        sync = config.engine.weight_sync
+        # a weight group for the engines started here, when pushes are to go by broadcast
+        group = (WeightGroup.open_source(sync.group_host, sync.group_port, config.scheduler.engines,
+                                         "nccl" if config.model.device.startswith("cuda") else "gloo",
+                                         sync.group_timeout_s)
+                 if sync.transport == "broadcast" and engine_handshakes is None else None)
         self.async_engines = open_engines(model_dir, config.engine, config.model, config.scheduler.engines,
-                                          weight_version, engine_handshakes)
+                                          weight_version, engine_handshakes, group)
+        self.pusher = WeightPusher(self.async_engines, sync, resolve_dtype(config.model.dtype), group)
         self.tokenizer = load_tokenizer(model_dir)
         self.tokenizer.configure(config.model.chat_template_kwargs, config.model.tool_call_format)
         self.env_factory = environment_factory(config.rollout.environment)
@@ -79,12 +89,14 @@ class RolloutService:
         dataset is used up and every group has been handed out."""
         return await next_ready(self.ready, self._task)
 
-    async def push_weights(self, weights: dict, version: int) -> None:
-        """Engines apply the weights at their next iteration boundary (in-flight requests
-        carry on, each token recording its version); the coordinator retires the trained
-        groups and refills the window."""
-        await asyncio.gather(*(engine.update_weights(weights, version) for engine in self.async_engines))
+    async def push_weights(self, weights: dict, version: int) -> dict[str, float]:
+        """Every engine takes the weights at an iteration boundary, each by its transport
+        (weights/pusher.py; in-flight requests carry on, each token recording its version);
+        the coordinator then retires the trained groups and refills the window. The seconds
+        each transport took."""
+        seconds = await self.pusher.push(weights, version)
         self.worker.on_weight_version(version)
+        return seconds
 
     async def save_state(self, directory: Path) -> None:
         """Coordinator snapshot and predictor into a checkpoint directory. Called right after
@@ -142,6 +154,7 @@ class RolloutService:
             await asyncio.gather(self._task, return_exceptions=True)
         for engine in self.async_engines:
             await engine.shutdown()
+        self.pusher.close()
         if self.predictor is not None:
             self.predictor.close()
         if self.cluster is not None:

@@ -50,7 +50,13 @@ class TrainerService:
         return await asyncio.to_thread(self.trainer.step)
 
     async def weights(self) -> dict[str, torch.Tensor]:
-        return await asyncio.to_thread(self.trainer.engine_weights)
+        """The policy's weights by Hugging Face name for a push (weights/pusher.py): its live
+        parameters where the trainer is one model here (no copy: each transport reads them
+        during the push, which the driver awaits before the next step), else the FSDP ranks'
+        weights gathered to host memory."""
+        if isinstance(self.trainer, ShardedTrainer):
+            return await asyncio.to_thread(self.trainer.engine_weights)
+        return {name: tensor.detach() for name, tensor in self.trainer.model.state_dict().items()}
 
     async def save(self, directory: Path) -> None:
         if isinstance(self.trainer, ShardedTrainer):
