@@ -66,8 +66,14 @@ def _batch_loss(model, groups: list[Group], config: TrainerConfig) -> torch.Tens
     return total / tokens
 
 
-def test_accumulated_gradient_is_the_token_mean_over_the_batch(tiny_model_dir):
-    config = TrainerConfig(learning_rate=1e-3, max_grad_norm=1e9, micro_batch_tokens=64)
+@pytest.mark.parametrize("options", [
+    {},  # rows sharing the prompt compute it once
+    {"logprob_chunk_tokens": 3},  # log-probs from the hidden states three tokens at a time
+    {"pack_rows": True, "shared_prefix_min_tokens": 1000},  # two rows a micro-batch, packed without padding
+    {"activation_checkpointing": True},  # every decoder layer recomputed in backward
+], ids=["shared-prefix", "chunks-of-3", "packed", "checkpointed"])
+def test_accumulated_gradient_is_the_token_mean_over_the_batch(tiny_model_dir, options):
+    config = TrainerConfig(learning_rate=1e-3, max_grad_norm=1e9, micro_batch_tokens=64, **options)
     streaming, reference = _model(tiny_model_dir), _model(tiny_model_dir)
     groups = [_group(reference, 0, [1.0, 0.0, 0.0, 1.0], seed=0), _group(reference, 1, [0.0, 0.5, 1.0], seed=1)]
     trainer = StreamingTrainer(streaming, config)

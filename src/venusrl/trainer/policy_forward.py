@@ -35,7 +35,8 @@ class PolicyForward(nn.Module):
         """log p(target) and entropy, [B, L] float32, 0 wherever `rows.mask` is False."""
         decoder = self.lm.get_decoder()
         if rows.position_ids is not None:
-            hidden = decoder(input_ids=rows.ids, position_ids=rows.position_ids).last_hidden_state
+            # no cache: transformers reads packed rows from the position ids only without one
+            hidden = decoder(input_ids=rows.ids, position_ids=rows.position_ids, use_cache=False).last_hidden_state
         else:
             hidden = causal_lm_hidden(decoder, rows.ids, rows.attention, rows.prefix)
         logprobs, entropy = chunked_logprobs_and_entropy(

@@ -37,7 +37,7 @@ def causal_lm_hidden(decoder: nn.Module, ids: torch.Tensor, attention: torch.Ten
     decoder (`model.get_decoder()`), as `causal_lm_logits` lays out its input."""
     batch = ids.shape[0]
     if prefix == 0 or batch == 1:
-        return decoder(input_ids=ids, attention_mask=attention).last_hidden_state
+        return decoder(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
     # transformers 5 names the KV cache `cache`; 4.x `past_key_values`
     name = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
     head = decoder(input_ids=ids[:1, :prefix], use_cache=True)

@@ -99,7 +99,10 @@ class StreamingTrainer:
         if config.activation_checkpointing:
             if not getattr(model, "supports_gradient_checkpointing", False):
                 raise ValueError(f"trainer.activation_checkpointing: {type(model).__name__} does not support it")
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers ≥ 5.2x; the older name warns there
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         self.model, self.config, self.version = model, config, version
         self.temperature = temperature if temperature > 0 else 1.0
         self.compute_dtype = compute_dtype
