@@ -90,6 +90,7 @@ class _ChunkedLogprobs(torch.autograd.Function):
             g_logprob = (grad_logprobs[start:end].masked_fill(y < 0, 0.0)[:, None] if grad_logprobs is not None
                          else torch.zeros_like(log_p[:, :1]))
             grad_z = log_p
+            del log_p  # grad_z owns the buffer: the float32 [n, V] goes when it turns into dtype below
             if grad_entropy is not None:
                 grad_z.add_(entropy[start:end, None]).mul_(grad_entropy[start:end, None])
             else:
