@@ -140,6 +140,9 @@ def _loss_peak(path: str, tokens: int, vocab: int, hidden: int, chunk: int, dtyp
     states, weight, labels = _loss_inputs(tokens, vocab, hidden, dtype, device)
     advantages = torch.ones(tokens, device=device)
     _synchronize(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
     started = time.perf_counter()
     with TensorMemory() as memory:
         if path == "chunked":
@@ -149,8 +152,11 @@ def _loss_peak(path: str, tokens: int, vocab: int, hidden: int, chunk: int, dtyp
         ((advantages * logprobs).sum() + 0.01 * entropy.sum()).backward()
         del logprobs, entropy
     _synchronize(device)
-    return {"peak_bytes": memory.peak_bytes, "peak_gib": round(memory.peak_bytes / 2**30, 3),
-            "seconds": round(time.perf_counter() - started, 3) if device.type != "meta" else 0.0}
+    out = {"peak_bytes": memory.peak_bytes, "peak_gib": round(memory.peak_bytes / 2**30, 3),
+           "seconds": round(time.perf_counter() - started, 3) if device.type != "meta" else 0.0}
+    if device.type == "cuda":  # the allocator's own figure for the same region
+        out["allocator_peak_bytes"] = torch.cuda.max_memory_allocated(device) - before
+    return out
 
 
 def _loss_inputs(tokens: int, vocab: int, hidden: int, dtype: torch.dtype,
