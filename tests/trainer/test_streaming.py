@@ -180,3 +180,21 @@ def test_the_gradient_is_that_of_the_tempered_policy(tiny_model_dir):
     for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
         # gradients reach tens here (logits / 0.5, unnormalised sum): float32 noise scales with them
         torch.testing.assert_close(p.grad, q.grad, atol=1e-6 * float(q.grad.abs().max()), rtol=1e-4, msg=name)
+
+
+def test_the_reference_and_entropy_terms_see_the_policy_the_full_computation_sees(tiny_model_dir):
+    # At the start the reference is the policy (KL 0) and the entropy bonus reads the entropy of
+    # the policy's next-token distribution at every generated token, as the full logits give it.
+    model, reference = _model(tiny_model_dir), _model(tiny_model_dir).requires_grad_(False)
+    group = _group(model, 0, [1.0, 0.0, 0.0, 1.0], seed=6)
+    config = TrainerConfig(kl_coef=0.1, entropy_coef=0.01, logprob_chunk_tokens=5)
+    result = StreamingTrainer(model, config, reference=reference).accumulate(group)
+    entropies = []
+    with torch.no_grad():
+        for t in group.trajectories:
+            ids = torch.tensor([t.token_ids])
+            _, entropy = token_logprobs_and_entropy(reference(input_ids=ids).logits[:, :-1], ids[:, 1:])
+            entropies.append(entropy[0][torch.tensor(t.generated_mask[1:])])
+    assert result.stats.kl_tokens == result.stats.tokens > 0
+    assert result.stats.kl_mean == pytest.approx(0.0, abs=1e-6)
+    assert result.stats.entropy_mean == pytest.approx(float(torch.cat(entropies).mean()), rel=1e-5)
