@@ -60,6 +60,8 @@ def test_bench_trainer_on_the_cpu(tmp_path):
     # the meta device counts what the CPU allocates, byte for byte
     check = loss["cross_check"]
     assert check["chunked_device"] == check["chunked_meta"] and check["full_device"] == check["full_meta"]
+    paired = loss["seconds_paired"]
+    assert len(paired["full_s"]) == len(paired["chunked_s"]) == 3 and min(paired["chunked_s"]) > 0
     # the chunked peak grows with the chunk, the full one with the tokens
     by_chunk, by_tokens = list(loss["chunked_peak_by_chunk"].values()), list(loss["full_peak_by_tokens"].values())
     assert by_chunk == sorted(by_chunk) and by_tokens == sorted(by_tokens)

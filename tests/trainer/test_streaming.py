@@ -198,3 +198,10 @@ def test_the_reference_and_entropy_terms_see_the_policy_the_full_computation_see
     assert result.stats.kl_tokens == result.stats.tokens > 0
     assert result.stats.kl_mean == pytest.approx(0.0, abs=1e-6)
     assert result.stats.entropy_mean == pytest.approx(float(torch.cat(entropies).mean()), rel=1e-5)
+
+
+def test_a_policy_whose_parameters_are_not_float32_is_refused(tiny_model_dir):
+    # bf16 parameters updated in place round an RL step away (issue 36): the master must be float32
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="parameters must be float32.*bfloat16"):
+        StreamingTrainer(model, TrainerConfig(), compute_dtype=torch.bfloat16)

@@ -5,8 +5,9 @@
   trainer runs (`trainer/chunked_logprobs.py`) against the full one (logits [tokens, vocab],
   `losses.token_logprobs_and_entropy`). Memory is `bench/tensor_memory.py`'s count of the bytes
   of tensors alive at once. The chunked path runs for real on the device; the full one, 20 GB and
-  more at the headline size, is counted on the meta device (same operators, no memory), and a
-  smaller size runs both ways on the device to show the two counts agree (`cross_check`).
+  more at the headline size, runs on a GPU and is counted on the meta device elsewhere (same
+  operators, no memory). Both then run on the device, interleaved, at a size it holds: their
+  seconds side by side, and its counts equal to the meta device's (`cross_check`).
 - steps: GRPO steps of a model of an official shape (random weights built here, nothing
   downloaded) on groups of ROWS x TOKENS: step time, tokens/s, peak memory (CUDA: the
   allocator's `max_memory_allocated`; elsewhere the tensor count over the step) and, on a GPU
@@ -108,16 +109,20 @@ def main(options: BenchOptions, json_out: Path | None) -> None:
 def loss_path(options: BenchOptions, device: torch.device, advance: Callable[[], None]) -> dict[str, Any]:
     dtype = resolve_dtype(options.dtype)
     tokens, vocab, hidden, chunk = options.loss_tokens, options.loss_vocab, options.loss_hidden, options.chunk_tokens
+    # a GPU holds the full path at the headline size (25 GB at 8k tokens); this CPU does not
+    full_on = device if device.type == "cuda" else _META
     chunked = _loss_peak("chunked", tokens, vocab, hidden, chunk, dtype, device)
-    full = _loss_peak("full", tokens, vocab, hidden, chunk, dtype, torch.device("meta"))
+    full = _loss_peak("full", tokens, vocab, hidden, chunk, dtype, full_on)
     advance()
-    small = min(tokens, 1024)
-    cross_check = {f"{path}_{where}": _loss_peak(path, small, vocab, hidden, chunk, dtype, at)["peak_bytes"]
-                   for path in ("chunked", "full") for where, at in (("device", device), ("meta", _META))}
+    # both paths on the device, interleaved (full, chunked, full, ...): their seconds side by
+    # side, and the device's counts against the meta device's
+    small = tokens if device.type == "cuda" else min(tokens, 1024)
+    pairs = [tuple(_loss_peak(path, small, vocab, hidden, chunk, dtype, device) for path in ("full", "chunked"))
+             for _ in range(TIMING_PAIRS)]
     advance()
     return {
         "tokens": tokens, "vocab": vocab, "hidden": hidden, "chunk_tokens": chunk, "compute_dtype": options.dtype,
-        "chunked": {**chunked, "counted_on": device.type}, "full": {**full, "counted_on": "meta"},
+        "chunked": {**chunked, "counted_on": device.type}, "full": {**full, "counted_on": full_on.type},
         "chunked_over_full": round(chunked["peak_bytes"] / full["peak_bytes"], 4),
         "one_chunk_logits_bytes": chunk * vocab * 4, "full_logits_bytes": tokens * vocab * 4,
         # the chunked peak at other chunk sizes and the full one at other token counts (counted on meta)
@@ -125,10 +130,17 @@ def loss_path(options: BenchOptions, device: torch.device, advance: Callable[[],
                                   for c in sorted({chunk // 4 or 1, chunk, chunk * 4})},
         "full_peak_by_tokens": {t: _loss_peak("full", t, vocab, hidden, chunk, dtype, _META)["peak_bytes"]
                                 for t in sorted({tokens // 4 or 1, tokens // 2 or 1, tokens})},
-        "cross_check": {"tokens": small, **cross_check},
+        "cross_check": {"tokens": small, "full_device": pairs[0][0]["peak_bytes"],
+                        "chunked_device": pairs[0][1]["peak_bytes"],
+                        **{f"{path}_meta": _loss_peak(path, small, vocab, hidden, chunk, dtype, _META)["peak_bytes"]
+                           for path in ("full", "chunked")}},
+        "seconds_paired": {"tokens": small, "order": "full, chunked, full, chunked, ...",
+                           "full_s": [full_run["seconds"] for full_run, _ in pairs],
+                           "chunked_s": [chunked_run["seconds"] for _, chunked_run in pairs]},
     }
 
 
+TIMING_PAIRS = 3
 _META = torch.device("meta")
 
 
