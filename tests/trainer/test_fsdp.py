@@ -167,7 +167,7 @@ def test_sharded_ranks_with_checkpointed_layers_and_packed_rows_step_as_one_proc
     then) give the plain single-process step; the idle passes of a rank with no rows left too."""
     config = _config(model_dir)
     config.trainer.activation_checkpointing = True
-    config.trainer.pack_rows = True
+    config.trainer.pack_rows = "on"
     groups = _groups(model_dir)
     single = StreamingTrainer(load_policy(_config(model_dir), model_dir, CPU)[0], _config(model_dir).trainer)
     for group in groups:

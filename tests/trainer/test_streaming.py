@@ -16,6 +16,7 @@ from venusrl.trainer.losses import (
     policy_loss,
     token_logprobs_and_entropy,
 )
+from venusrl.trainer.rows import packs_rows
 from venusrl.trainer.streaming import StreamingTrainer
 from venusrl.types import Group, Prompt, SamplingParams, Trajectory, TrajectoryStatus
 
@@ -69,7 +70,7 @@ def _batch_loss(model, groups: list[Group], config: TrainerConfig) -> torch.Tens
 @pytest.mark.parametrize("options", [
     {},  # rows sharing the prompt compute it once
     {"logprob_chunk_tokens": 3},  # log-probs from the hidden states three tokens at a time
-    {"pack_rows": True, "shared_prefix_min_tokens": 1000},  # two rows a micro-batch, packed without padding
+    {"pack_rows": "on", "shared_prefix_min_tokens": 1000},  # two rows a micro-batch, packed without padding
     {"activation_checkpointing": True},  # every decoder layer recomputed in backward
 ], ids=["shared-prefix", "chunks-of-3", "packed", "checkpointed"])
 def test_accumulated_gradient_is_the_token_mean_over_the_batch(tiny_model_dir, options):
@@ -205,3 +206,20 @@ def test_a_policy_whose_parameters_are_not_float32_is_refused(tiny_model_dir):
     model = transformers.AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="parameters must be float32.*bfloat16"):
         StreamingTrainer(model, TrainerConfig(), compute_dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize(("setting", "attention", "packs"), [
+    ("auto", "sdpa", False), ("auto", "eager", False), ("auto", "flash_attention_2", True),
+    ("auto", "flex_attention", True), ("on", "sdpa", True), ("off", "flash_attention_2", False),
+])
+def test_rows_are_packed_where_the_attention_splits_them(setting, attention, packs):
+    assert packs_rows(setting, attention) == packs
+
+
+@pytest.mark.parametrize("setting", ["auto", "on"])
+def test_the_trainer_lays_a_micro_batch_out_as_the_setting_says(tiny_model_dir, setting):
+    model = _model(tiny_model_dir)  # sdpa: auto pads
+    trainer = StreamingTrainer(model, TrainerConfig(pack_rows=setting, shared_prefix_min_tokens=1000))
+    group = _group(model, 0, [1.0, 0.0], seed=7)
+    rows = trainer._layout(group.trajectories, torch.tensor([1.0, -1.0]), prefix=0)
+    assert rows.ids.shape[0] == (1 if setting == "on" else 2) and (rows.position_ids is not None) == (setting == "on")

@@ -55,11 +55,12 @@ class TrainerConfig(PolicyLossConfig):
         False, description="keep only each decoder layer's input and recompute the layer in backward (about a "
         "third more compute, activation memory of one layer); the shared prompt is then computed per row, "
         "since a layer recomputed in backward cannot extend a KV cache")
-    pack_rows: bool = Field(
-        False, description="a micro-batch's rows concatenated into one row without padding, attention kept "
-        "within each by position ids (trainer/rows.py); pays off with flash attention's varlen kernels, while "
-        "sdpa computes the packed row's whole attention under a block mask. Rows sharing a prompt compute it "
-        "once instead, where they can")
+    pack_rows: Literal["auto", "on", "off"] = Field(
+        "auto", description="a micro-batch's rows concatenated into one row without padding, attention kept "
+        "within each by position ids (trainer/rows.py). auto: where the model's attention computes each packed "
+        "row on its own (flash attention's varlen kernels, flex attention); sdpa and eager compute the packed "
+        "row's whole attention under a block mask, so there auto pads. Rows sharing a prompt compute it once "
+        "instead, where they can")
     world_size: int = Field(1, ge=1, description="data-parallel FSDP2 ranks (one process and device each); "
                             "1 = single process")
     collective_timeout_s: float = Field(

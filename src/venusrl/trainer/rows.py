@@ -21,6 +21,15 @@ from venusrl.trainer.shared_prefix import right_padded
 from venusrl.types import Trajectory
 
 IGNORE = -100
+# transformers' attention implementations that split a packed row at its position ids instead of
+# masking a [tokens, tokens] score matrix (trainer.pack_rows: auto packs under these)
+PACKED_ATTENTION = frozenset({"flash_attention_2", "flash_attention_3", "flex_attention"})
+
+
+def packs_rows(setting: str, attention: str | None) -> bool:
+    """Whether micro-batches are packed: trainer.pack_rows `setting` (on, off, auto) under the
+    model's attention implementation."""
+    return setting == "on" or (setting == "auto" and attention in PACKED_ATTENTION)
 
 
 @dataclass(frozen=True, slots=True)

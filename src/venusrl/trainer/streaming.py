@@ -38,7 +38,7 @@ from torch import nn
 from venusrl.trainer.config import TrainerConfig
 from venusrl.trainer.losses import PolicyLossConfig, PolicyLossStats, group_advantages, policy_loss
 from venusrl.trainer.policy_forward import PolicyForward
-from venusrl.trainer.rows import Rows, packed_rows, padded_rows
+from venusrl.trainer.rows import Rows, packed_rows, packs_rows, padded_rows
 from venusrl.trainer.shared_prefix import common_prefix_length
 from venusrl.types import Group, Trajectory
 
@@ -108,6 +108,7 @@ class StreamingTrainer:
         self.compute_dtype = compute_dtype
         self.loss_config: PolicyLossConfig = config  # the trainer section is the loss config
         self._device = next(model.parameters()).device
+        self._pack = packs_rows(config.pack_rows, getattr(model.config, "_attn_implementation", None))
         self.policy = PolicyForward(model, config.logprob_chunk_tokens, self.temperature, compute_dtype)
         self.reference_policy = (PolicyForward(reference, config.logprob_chunk_tokens, self.temperature, compute_dtype)
                                  if reference is not None else None)
@@ -184,7 +185,7 @@ class StreamingTrainer:
         (padded size, or real tokens when rows are packed)."""
         order = sorted(rows, key=lambda i: len(trajectories[i].token_ids))
         return _micro_batches(order, [len(trajectories[i].token_ids) for i in order], self.config.micro_batch_tokens,
-                              padded=not self.config.pack_rows)
+                              padded=not self._pack)
 
     def _shared_prefix(self, trajectories: list[Trajectory]) -> int:
         """Leading tokens a micro-batch's forward computes once; 0 means one plain forward call
@@ -196,7 +197,7 @@ class StreamingTrainer:
         return prefix if prefix >= self.config.shared_prefix_min_tokens else 0
 
     def _layout(self, trajectories: list[Trajectory], advantages: torch.Tensor, prefix: int) -> Rows:
-        if prefix == 0 and self.config.pack_rows and len(trajectories) > 1:
+        if prefix == 0 and self._pack and len(trajectories) > 1:
             return packed_rows(trajectories, advantages).to(self._device)
         return padded_rows(trajectories, advantages, prefix).to(self._device)
 
