@@ -160,3 +160,28 @@ def test_a_killed_rank_is_named_within_the_timeout(model_dir):
     assert f"rank 1 (pid {pid}, exit code -9) died" in str(failure[0])
     with pytest.raises(RuntimeError, match="stopped"):
         trainer.step()
+
+
+def test_sharded_ranks_with_checkpointed_layers_and_packed_rows_step_as_one_process(model_dir):
+    """Layers recomputed in backward (inside FSDP2's hooks) and packed rows (no prefix sharing
+    then) give the plain single-process step; the idle passes of a rank with no rows left too."""
+    config = _config(model_dir)
+    config.trainer.activation_checkpointing = True
+    config.trainer.pack_rows = "on"
+    groups = _groups(model_dir)
+    single = StreamingTrainer(load_policy(_config(model_dir), model_dir, CPU)[0], _config(model_dir).trainer)
+    for group in groups:
+        single.accumulate(group)
+    expected = single.step()
+    trainer = ShardedTrainer(2, partial(load_policy, config, model_dir), config.trainer)
+    try:
+        for group in groups:
+            trainer.accumulate(group)
+        result = trainer.step()
+        weights = trainer.engine_weights()
+    finally:
+        trainer.close()
+    assert result.loss == pytest.approx(expected.loss, rel=1e-5, abs=1e-7)
+    assert result.grad_norm == pytest.approx(expected.grad_norm, rel=1e-5)
+    for name, tensor in single.engine_weights().items():
+        torch.testing.assert_close(weights[name], tensor, atol=1e-4, rtol=0, msg=name)

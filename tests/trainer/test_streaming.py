@@ -16,6 +16,7 @@ from venusrl.trainer.losses import (
     policy_loss,
     token_logprobs_and_entropy,
 )
+from venusrl.trainer.rows import packs_rows
 from venusrl.trainer.streaming import StreamingTrainer
 from venusrl.types import Group, Prompt, SamplingParams, Trajectory, TrajectoryStatus
 
@@ -66,8 +67,14 @@ def _batch_loss(model, groups: list[Group], config: TrainerConfig) -> torch.Tens
     return total / tokens
 
 
-def test_accumulated_gradient_is_the_token_mean_over_the_batch(tiny_model_dir):
-    config = TrainerConfig(learning_rate=1e-3, max_grad_norm=1e9, micro_batch_tokens=64)
+@pytest.mark.parametrize("options", [
+    {},  # rows sharing the prompt compute it once
+    {"logprob_chunk_tokens": 3},  # log-probs from the hidden states three tokens at a time
+    {"pack_rows": "on", "shared_prefix_min_tokens": 1000},  # two rows a micro-batch, packed without padding
+    {"activation_checkpointing": True},  # every decoder layer recomputed in backward
+], ids=["shared-prefix", "chunks-of-3", "packed", "checkpointed"])
+def test_accumulated_gradient_is_the_token_mean_over_the_batch(tiny_model_dir, options):
+    config = TrainerConfig(learning_rate=1e-3, max_grad_norm=1e9, micro_batch_tokens=64, **options)
     streaming, reference = _model(tiny_model_dir), _model(tiny_model_dir)
     groups = [_group(reference, 0, [1.0, 0.0, 0.0, 1.0], seed=0), _group(reference, 1, [0.0, 0.5, 1.0], seed=1)]
     trainer = StreamingTrainer(streaming, config)
@@ -174,3 +181,45 @@ def test_the_gradient_is_that_of_the_tempered_policy(tiny_model_dir):
     for (name, p), q in zip(model.named_parameters(), reference.parameters(), strict=True):
         # gradients reach tens here (logits / 0.5, unnormalised sum): float32 noise scales with them
         torch.testing.assert_close(p.grad, q.grad, atol=1e-6 * float(q.grad.abs().max()), rtol=1e-4, msg=name)
+
+
+def test_the_reference_and_entropy_terms_see_the_policy_the_full_computation_sees(tiny_model_dir):
+    # At the start the reference is the policy (KL 0) and the entropy bonus reads the entropy of
+    # the policy's next-token distribution at every generated token, as the full logits give it.
+    model, reference = _model(tiny_model_dir), _model(tiny_model_dir).requires_grad_(False)
+    group = _group(model, 0, [1.0, 0.0, 0.0, 1.0], seed=6)
+    config = TrainerConfig(kl_coef=0.1, entropy_coef=0.01, logprob_chunk_tokens=5)
+    result = StreamingTrainer(model, config, reference=reference).accumulate(group)
+    entropies = []
+    with torch.no_grad():
+        for t in group.trajectories:
+            ids = torch.tensor([t.token_ids])
+            _, entropy = token_logprobs_and_entropy(reference(input_ids=ids).logits[:, :-1], ids[:, 1:])
+            entropies.append(entropy[0][torch.tensor(t.generated_mask[1:])])
+    assert result.stats.kl_tokens == result.stats.tokens > 0
+    assert result.stats.kl_mean == pytest.approx(0.0, abs=1e-6)
+    assert result.stats.entropy_mean == pytest.approx(float(torch.cat(entropies).mean()), rel=1e-5)
+
+
+def test_a_policy_whose_parameters_are_not_float32_is_refused(tiny_model_dir):
+    # bf16 parameters updated in place round an RL step away (issue 36): the master must be float32
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="parameters must be float32.*bfloat16"):
+        StreamingTrainer(model, TrainerConfig(), compute_dtype=torch.bfloat16)
+
+
+@pytest.mark.parametrize(("setting", "attention", "packs"), [
+    ("auto", "sdpa", False), ("auto", "eager", False), ("auto", "flash_attention_2", True),
+    ("auto", "flex_attention", True), ("on", "sdpa", True), ("off", "flash_attention_2", False),
+])
+def test_rows_are_packed_where_the_attention_splits_them(setting, attention, packs):
+    assert packs_rows(setting, attention) == packs
+
+
+@pytest.mark.parametrize("setting", ["auto", "on"])
+def test_the_trainer_lays_a_micro_batch_out_as_the_setting_says(tiny_model_dir, setting):
+    model = _model(tiny_model_dir)  # sdpa: auto pads
+    trainer = StreamingTrainer(model, TrainerConfig(pack_rows=setting, shared_prefix_min_tokens=1000))
+    group = _group(model, 0, [1.0, 0.0], seed=7)
+    rows = trainer._layout(group.trajectories, torch.tensor([1.0, -1.0]), prefix=0)
+    assert rows.ids.shape[0] == (1 if setting == "on" else 2) and (rows.position_ids is not None) == (setting == "on")

@@ -186,3 +186,44 @@ def bench_weight_push(
     if json_out is not None:
         json_out.parent.mkdir(parents=True, exist_ok=True)
     emit(result, json_out)
+
+
+@bench_app.command("trainer")
+def bench_trainer(
+    device: Annotated[str, typer.Option(help="torch device: cpu, or cuda (one GPU)")] = "cpu",
+    model_shape: Annotated[str, typer.Option(help="tiny, qwen3-0.6b or qwen3-4b (random weights of the official "
+                                                 "shape, built here)")] = "tiny",
+    cases: Annotated[str, typer.Option(help="comma-separated ROWSxTOKENS: one group of ROWS trajectories of TOKENS "
+                                            "each a step")] = "8x256",
+    prompt_tokens: Annotated[int, typer.Option(min=1, help="the group's shared prompt, in TOKENS")] = 64,
+    dtype: Annotated[str, typer.Option(help="model.dtype: the compute dtype (the master weights are float32)")] = (
+        "bfloat16"),
+    chunk_tokens: Annotated[int, typer.Option(min=1, help="trainer.logprob_chunk_tokens")] = 1024,
+    activation_checkpointing: Annotated[bool, typer.Option(help="trainer.activation_checkpointing")] = True,
+    micro_batch_tokens: Annotated[int, typer.Option(min=16, help="trainer.micro_batch_tokens")] = 8192,
+    steps: Annotated[int, typer.Option(min=1, help="timed steps a case, after one warm-up step")] = 2,
+    loss_tokens: Annotated[int, typer.Option(min=1, help="the loss path's sampled tokens")] = 8192,
+    loss_vocab: Annotated[int, typer.Option(min=2, help="the loss path's vocabulary (Qwen3: 151,936)")] = 151_936,
+    loss_hidden: Annotated[int, typer.Option(min=1, help="the loss path's hidden size")] = 1024,
+    push_repeats: Annotated[int, typer.Option(min=0, help="interleaved repeats of each weight-push placement "
+                                                          "(0: none)")] = 1,
+    json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
+) -> None:
+    """Step time, tokens/s, peak memory and MFU (GPU) of GRPO steps with float32 master weights
+    under model.dtype compute; peak memory of the chunked loss path against the full one."""
+    from venusrl.bench.trainer import SHAPES, BenchOptions, StepCase, main
+    from venusrl.model.checkpoint import resolve_dtype
+
+    if model_shape not in SHAPES:
+        raise typer.BadParameter(f"{model_shape!r}: choose {', '.join(SHAPES)}", param_hint="--model-shape")
+    try:
+        resolve_dtype(dtype)
+        parsed = tuple(StepCase.parse(case) for case in cases.split(",") if case.strip())
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--cases/--dtype") from None
+    if not parsed:
+        raise typer.BadParameter("no case given", param_hint="--cases")
+    if device.startswith("cuda") and not __import__("torch").cuda.is_available():
+        raise typer.BadParameter("no CUDA device here", param_hint="--device")
+    main(BenchOptions(device, model_shape, parsed, prompt_tokens, dtype, chunk_tokens, activation_checkpointing,
+                      micro_batch_tokens, steps, loss_tokens, loss_vocab, loss_hidden, push_repeats), json_out)

@@ -30,14 +30,16 @@ class TrainerService:
         self.config = config
         self.tokenizer_dir = Path(config.model.path)
         device = torch.device(config.model.device)
+        compute_dtype = resolve_dtype(config.model.dtype)  # the forward's and the engines'; the master is float32
         self.trainer: StreamingTrainer | ShardedTrainer
         if config.trainer.world_size > 1:
             self.trainer = ShardedTrainer(config.trainer.world_size, partial(load_policy, config, model_dir),
                                           config.trainer, version, optimizer_state, device.type,
-                                          temperature=config.rollout.temperature)
+                                          temperature=config.rollout.temperature, compute_dtype=compute_dtype)
         else:
             model, reference = load_policy(config, model_dir, device)
-            self.trainer = StreamingTrainer(model, config.trainer, version, reference, config.rollout.temperature)
+            self.trainer = StreamingTrainer(model, config.trainer, version, reference, config.rollout.temperature,
+                                            compute_dtype)
             if optimizer_state is not None:
                 self.trainer.optimizer.load_state_dict(torch.load(optimizer_state, weights_only=True))
         log.info("trainer: %s from %s at weight version %d (%d rank(s))", type(self.trainer).__name__, model_dir,
@@ -66,11 +68,12 @@ class TrainerService:
 
 
 def load_policy(config: Config, model_dir: Path, device: torch.device) -> tuple[nn.Module, nn.Module | None]:
-    """The policy from `model_dir` on `device` and, with a KL term, the frozen reference model;
-    every FSDP rank builds its own copy with it."""
+    """The policy from `model_dir` on `device`, in float32 (the master weights the optimizer
+    updates, whatever model.dtype computes in), and, with a KL term, the frozen reference model in
+    model.dtype; every FSDP rank builds its own copy with it."""
     torch.manual_seed(config.run.seed)
     dtype = resolve_dtype(config.model.dtype)
-    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
     reference = None
     if config.trainer.kl_coef > 0:  # KL to the initial policy, not to a resumed one
         reference = transformers.AutoModelForCausalLM.from_pretrained(config.model.path, dtype=dtype)

@@ -48,6 +48,19 @@ class TrainerConfig(PolicyLossConfig):
         16, ge=1, description="a micro-batch whose rows share at least this many leading tokens (a group's "
         "prompt) computes them once")
     micro_batch_tokens: int = Field(8192, ge=16, description="tokens per forward/backward (memory bound)")
+    logprob_chunk_tokens: int = Field(
+        1024, ge=1, description="trained tokens whose [tokens, vocabulary] logits exist at once, forward and "
+        "backward (trainer/chunked_logprobs.py): the loss path's memory grows with it, not with the trajectory")
+    activation_checkpointing: bool = Field(
+        False, description="keep only each decoder layer's input and recompute the layer in backward (about a "
+        "third more compute, activation memory of one layer); the shared prompt is then computed per row, "
+        "since a layer recomputed in backward cannot extend a KV cache")
+    pack_rows: Literal["auto", "on", "off"] = Field(
+        "auto", description="a micro-batch's rows concatenated into one row without padding, attention kept "
+        "within each by position ids (trainer/rows.py). auto: where the model's attention computes each packed "
+        "row on its own (flash attention's varlen kernels, flex attention); sdpa and eager compute the packed "
+        "row's whole attention under a block mask, so there auto pads. Rows sharing a prompt compute it once "
+        "instead, where they can")
     world_size: int = Field(1, ge=1, description="data-parallel FSDP2 ranks (one process and device each); "
                             "1 = single process")
     collective_timeout_s: float = Field(

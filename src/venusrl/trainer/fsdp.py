@@ -11,6 +11,10 @@ exact token mean over the batch is kept.
 ranks 1.. are processes it starts, which run every call rank 0 runs, in the same order. Calls
 reach them through a pipe each, not a collective: between calls a rank may wait longer than any
 collective timeout (for rollouts), and a pipe ends with EOF when rank 0's process does.
+
+Mixed precision is FSDP2's `MixedPrecisionPolicy`: each rank keeps its shard of the float32
+master parameters and optimizer state, all-gathers the parameters in the compute dtype for
+forward and backward, and reduce-scatters the gradients in float32.
 """
 
 from __future__ import annotations
@@ -39,12 +43,12 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
 from venusrl.model.checkpoint import copy_tokenizer_files
 from venusrl.trainer.config import TrainerConfig
 from venusrl.trainer.losses import PolicyLossStats
-from venusrl.trainer.streaming import GroupResult, StepResult, StreamingTrainer
+from venusrl.trainer.streaming import GroupResult, StepResult, StreamingTrainer, engine_copy
 from venusrl.types import Group, Trajectory
 
 log = logging.getLogger(__name__)
@@ -63,29 +67,38 @@ class FSDPTrainer(StreamingTrainer):
     rank must get the same calls, with the same arguments, in the same order."""
 
     def __init__(self, model: nn.Module, config: TrainerConfig, version: int = 0, reference: nn.Module | None = None,
-                 optimizer_state: Path | None = None, temperature: float = 1.0) -> None:
+                 optimizer_state: Path | None = None, temperature: float = 1.0,
+                 compute_dtype: torch.dtype = torch.float32) -> None:
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
-        mesh = init_device_mesh(next(model.parameters()).device.type, (self.world_size,))
-        _shard(model, mesh)
-        if reference is not None:
-            _shard(reference, mesh)
-        super().__init__(model, config, version, reference, temperature)  # the optimizer holds the sharded parameters
+        self._mesh = init_device_mesh(next(model.parameters()).device.type, (self.world_size,))
+        # `_place` shards the policy forward (and the reference's); the optimizer then holds the shards
+        super().__init__(model, config, version, reference, temperature, compute_dtype)
         if optimizer_state is not None:
             # every rank reads the whole state and keeps its own shard of it
             state = _by_name(torch.load(optimizer_state, weights_only=True), model)
             set_optimizer_state_dict(model, self.optimizer, state, options=StateDictOptions(full_state_dict=True))
 
+    def _place(self) -> None:
+        policy = MixedPrecisionPolicy(param_dtype=self.compute_dtype, reduce_dtype=torch.float32)
+        _shard(self.policy, self._mesh, policy)
+        if self.reference_policy is not None:
+            _shard(self.reference_policy, self._mesh, policy)
+
     @torch.no_grad()
     def engine_weights(self) -> dict[str, torch.Tensor]:
-        """On rank 0, the full weights on the CPU by Hugging Face name (fresh tensors, as
+        """On rank 0, the full weights on the CPU by Hugging Face name in the compute dtype (as
         `StreamingTrainer.engine_weights`); the other ranks take part in the gather and get {}."""
+        return {name: engine_copy(tensor, self.compute_dtype) for name, tensor in self._master_weights().items()}
+
+    def _master_weights(self) -> dict[str, torch.Tensor]:
+        """The full float32 master weights on rank 0's CPU ({} on the others); a collective."""
         return get_model_state_dict(self.model, options=_FULL_ON_RANK0)
 
     def save(self, directory: Path, tokenizer_dir: Path) -> None:
-        """What `checkpoint.save_policy` writes, written by rank 0. The optimizer state is in
-        `Optimizer.state_dict()`'s layout, by parameter position, so a checkpoint resumes at
-        any world size."""
-        weights = self.engine_weights()
+        """What `checkpoint.save_policy` writes (the float32 master), written by rank 0. The
+        optimizer state is in `Optimizer.state_dict()`'s layout, by parameter position, so a
+        checkpoint resumes at any world size."""
+        weights = self._master_weights()
         optimizer = get_optimizer_state_dict(self.model, self.optimizer, options=_FULL_ON_RANK0)
         if self.rank == 0:
             self.model.save_pretrained(directory / "model", state_dict=weights, safe_serialization=True)
@@ -128,7 +141,8 @@ class ShardedTrainer:
     `trainer.collective_timeout_s`, so a rank that hangs becomes an error, not a hang. One per process: it owns the default process group."""
 
     def __init__(self, world_size: int, build: ModelBuilder, config: TrainerConfig, version: int = 0,
-                 optimizer_state: Path | None = None, device_type: str = "cpu", temperature: float = 1.0) -> None:
+                 optimizer_state: Path | None = None, device_type: str = "cpu", temperature: float = 1.0,
+                 compute_dtype: torch.dtype = torch.float32) -> None:
         if world_size < 2:
             raise ValueError(f"ShardedTrainer needs world_size ≥ 2, got {world_size}; use StreamingTrainer")
         if dist.is_initialized():
@@ -137,7 +151,7 @@ class ShardedTrainer:
         timeout = timedelta(seconds=config.collective_timeout_s)
         store = dist.TCPStore("127.0.0.1", 0, world_size, is_master=True, timeout=timeout, wait_for_workers=False)
         spec = _RankSpec(world_size, store.port, device_type, timeout, build, config, version, optimizer_state,
-                         temperature)
+                         temperature, compute_dtype)
         context = mp.get_context("spawn")
         self._ranks: list[tuple[BaseProcess, mp_connection.Connection]] = []
         self._trainer: FSDPTrainer | None = None
@@ -224,6 +238,7 @@ class _RankSpec:
     version: int
     optimizer_state: Path | None
     temperature: float  # the rollout's sampling temperature (StreamingTrainer)
+    compute_dtype: torch.dtype  # model.dtype: the forward's and the engines' (StreamingTrainer)
 
 
 def _start_rank(rank: int, spec: _RankSpec, store: dist.Store) -> FSDPTrainer:
@@ -233,7 +248,8 @@ def _start_rank(rank: int, spec: _RankSpec, store: dist.Store) -> FSDPTrainer:
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", store=store, rank=rank,
                             world_size=spec.world_size, timeout=spec.timeout)
     model, reference = spec.build(device)
-    return FSDPTrainer(model, spec.config, spec.version, reference, spec.optimizer_state, spec.temperature)
+    return FSDPTrainer(model, spec.config, spec.version, reference, spec.optimizer_state, spec.temperature,
+                       spec.compute_dtype)
 
 
 def _serve(rank: int, spec: _RankSpec, connection: mp_connection.Connection) -> None:
@@ -254,16 +270,17 @@ def _serve(rank: int, spec: _RankSpec, connection: mp_connection.Connection) -> 
         dist.destroy_process_group()
 
 
-def _shard(model: nn.Module, mesh: DeviceMesh) -> None:
-    """One FSDP2 unit per decoder layer (Hugging Face's `_no_split_modules`), then the root."""
-    layer_classes = set(getattr(model, "_no_split_modules", None) or ())
-    layers = [module for module in model.modules() if type(module).__name__ in layer_classes]
+def _shard(forward: nn.Module, mesh: DeviceMesh, mp_policy: MixedPrecisionPolicy) -> None:
+    """One FSDP2 unit per decoder layer (Hugging Face's `_no_split_modules` of `forward.lm`), then
+    the root: `forward` (a `PolicyForward`), which holds the embedding, final norm and LM head."""
+    layer_classes = set(getattr(forward.lm, "_no_split_modules", None) or ())
+    layers = [module for module in forward.modules() if type(module).__name__ in layer_classes]
     if not layers:
-        raise ValueError(f"{type(model).__name__} names no decoder layer class in _no_split_modules")
+        raise ValueError(f"{type(forward.lm).__name__} names no decoder layer class in _no_split_modules")
     for layer in layers:
-        fully_shard(layer, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-    for module in model.modules():
+        fully_shard(layer, mesh=mesh, mp_policy=mp_policy)
+    fully_shard(forward, mesh=mesh, mp_policy=mp_policy)
+    for module in forward.modules():
         if isinstance(module, FSDPModule):
             # FSDP2 averages gradients over ranks by default. Each rank's loss is a token sum
             # over its own rows, so the single-process gradient is the plain sum: divide by 1.

@@ -29,16 +29,22 @@ def common_prefix_length(sequences: list[list[int]]) -> int:
 def causal_lm_logits(model: nn.Module, ids: torch.Tensor, attention: torch.Tensor, prefix: int) -> torch.Tensor:
     """Logits [B, T, V] of right-padded `ids` whose first `prefix` tokens are the same in
     every row. With `prefix` 0 (or one row) it is the plain forward."""
+    return model.get_output_embeddings()(causal_lm_hidden(model.get_decoder(), ids, attention, prefix))
+
+
+def causal_lm_hidden(decoder: nn.Module, ids: torch.Tensor, attention: torch.Tensor, prefix: int) -> torch.Tensor:
+    """The final hidden states [B, T, H] (what the LM head turns into logits) of a causal LM's
+    decoder (`model.get_decoder()`), as `causal_lm_logits` lays out its input."""
     batch = ids.shape[0]
     if prefix == 0 or batch == 1:
-        return model(input_ids=ids, attention_mask=attention).logits
+        return decoder(input_ids=ids, attention_mask=attention, use_cache=False).last_hidden_state
     # transformers 5 names the KV cache `cache`; 4.x `past_key_values`
-    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-    head = model(input_ids=ids[:1, :prefix], use_cache=True)
+    name = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+    head = decoder(input_ids=ids[:1, :prefix], use_cache=True)
     cache = getattr(head, name)
     cache.batch_repeat_interleave(batch)
-    tail = model(input_ids=ids[:, prefix:], attention_mask=attention, **{name: cache}).logits
-    return torch.cat([head.logits.expand(batch, -1, -1), tail], dim=1)
+    tail = decoder(input_ids=ids[:, prefix:], attention_mask=attention, **{name: cache}).last_hidden_state
+    return torch.cat([head.last_hidden_state.expand(batch, -1, -1), tail], dim=1)
 
 
 def right_padded(rows: list[list], dtype: torch.dtype, padding_value: float = 0) -> torch.Tensor:

@@ -17,6 +17,12 @@ rollout temperature T: the engine records its log-probs under that distribution,
 trainer divides its logits by the same T. Without it, at T ≠ 1 every on-policy token would
 look off-policy (ρ = π_1/π_T ≠ 1: IcePop masks and TIS re-weights the tokens it should
 keep) and the gradient would be that of another distribution than the one sampled.
+
+Mixed precision: the model's parameters, their gradients and the optimizer state are float32
+(the master copy: an RL step at lr 1e-6 is below bf16's resolution and would round away); the
+forward runs under autocast in `compute_dtype` (model.dtype, bf16 on GPUs), and the engines get
+the weights in that dtype (`engine_weights`). A checkpoint keeps the float32 master, so a resumed
+run continues bit for bit.
 """
 
 from __future__ import annotations
@@ -30,14 +36,10 @@ import torch
 from torch import nn
 
 from venusrl.trainer.config import TrainerConfig
-from venusrl.trainer.losses import (
-    PolicyLossConfig,
-    PolicyLossStats,
-    group_advantages,
-    policy_loss,
-    token_logprobs_and_entropy,
-)
-from venusrl.trainer.shared_prefix import causal_lm_logits, common_prefix_length, right_padded
+from venusrl.trainer.losses import PolicyLossConfig, PolicyLossStats, group_advantages, policy_loss
+from venusrl.trainer.policy_forward import PolicyForward
+from venusrl.trainer.rows import Rows, packed_rows, packs_rows, padded_rows
+from venusrl.trainer.shared_prefix import common_prefix_length
 from venusrl.types import Group, Trajectory
 
 log = logging.getLogger(__name__)
@@ -81,23 +83,45 @@ class _Accumulated:
 class StreamingTrainer:
     def __init__(
         self, model: nn.Module, config: TrainerConfig, version: int = 0, reference: nn.Module | None = None,
-        temperature: float = 1.0,
+        temperature: float = 1.0, compute_dtype: torch.dtype = torch.float32,
     ) -> None:
-        """`temperature`: the rollout's sampling temperature (0, greedy, records log_softmax of
-        the plain logits, as 1 does)."""
+        """`model`: float32 parameters (the master copy); `reference`: frozen, in any dtype;
+        `temperature`: the rollout's sampling temperature (0, greedy, records log_softmax of the
+        plain logits, as 1 does); `compute_dtype`: of the forward and of `engine_weights`."""
         if config.kl_coef > 0 and reference is None:
             raise ValueError("trainer.kl_coef > 0 needs a reference model")
         if temperature < 0:
             raise ValueError(f"temperature must be ≥ 0, got {temperature}")
-        self.model, self.config, self.version, self.reference = model, config, version, reference
+        not_master = {p.dtype for p in model.parameters() if p.requires_grad} - {torch.float32}
+        if not_master:
+            raise ValueError(f"the policy's parameters must be float32 (the master copy; compute_dtype sets the "
+                             f"forward's), got {sorted(map(str, not_master))}")
+        if config.activation_checkpointing:
+            if not getattr(model, "supports_gradient_checkpointing", False):
+                raise ValueError(f"trainer.activation_checkpointing: {type(model).__name__} does not support it")
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers ≥ 5.2x; the older name warns there
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.model, self.config, self.version = model, config, version
         self.temperature = temperature if temperature > 0 else 1.0
+        self.compute_dtype = compute_dtype
         self.loss_config: PolicyLossConfig = config  # the trainer section is the loss config
+        self._device = next(model.parameters()).device
+        self._pack = packs_rows(config.pack_rows, getattr(model.config, "_attn_implementation", None))
+        self.policy = PolicyForward(model, config.logprob_chunk_tokens, self.temperature, compute_dtype)
+        self.reference_policy = (PolicyForward(reference, config.logprob_chunk_tokens, self.temperature, compute_dtype)
+                                 if reference is not None else None)
+        self._place()
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=config.learning_rate,
             betas=config.adam_betas, weight_decay=config.weight_decay)
-        self._device = next(model.parameters()).device
         self._batch = _Accumulated()
         self.model.train()
+
+    def _place(self) -> None:
+        """Where the data-parallel trainer shards `policy` and `reference_policy`, before the
+        optimizer takes the parameters; one process keeps them as they are."""
 
     def accumulate(self, group: Group) -> GroupResult:
         """Backpropagate one ready group's loss into the accumulated gradient."""
@@ -141,9 +165,9 @@ class StreamingTrainer:
 
     @torch.no_grad()
     def engine_weights(self) -> dict[str, torch.Tensor]:
-        """A copy of the weights by Hugging Face name, safe to hand to engine threads while the
-        trainer goes on."""
-        return {name: tensor.detach().to("cpu", copy=True) for name, tensor in self.model.state_dict().items()}
+        """A copy of the weights by Hugging Face name in the compute dtype, safe to hand to engine
+        threads while the trainer goes on."""
+        return {name: engine_copy(tensor, self.compute_dtype) for name, tensor in self.model.state_dict().items()}
 
     def _forward_backward(self, trajectories: list[Trajectory], advantages: torch.Tensor) -> tuple[float, PolicyLossStats]:
         """Backpropagate a group's loss in micro-batches; the group's loss sum and stats. The
@@ -157,35 +181,39 @@ class StreamingTrainer:
         return loss_sum, stats
 
     def _plan(self, trajectories: list[Trajectory], rows: Iterable[int]) -> list[list[int]]:
-        """`rows` of the group, shortest first, cut into micro-batches of at most micro_batch_tokens."""
+        """`rows` of the group, shortest first, cut into micro-batches of at most micro_batch_tokens
+        (padded size, or real tokens when rows are packed)."""
         order = sorted(rows, key=lambda i: len(trajectories[i].token_ids))
-        return _micro_batches(order, [len(trajectories[i].token_ids) for i in order], self.config.micro_batch_tokens)
+        return _micro_batches(order, [len(trajectories[i].token_ids) for i in order], self.config.micro_batch_tokens,
+                              padded=not self._pack)
 
     def _shared_prefix(self, trajectories: list[Trajectory]) -> int:
         """Leading tokens a micro-batch's forward computes once; 0 means one plain forward call
-        (a single row, or too short a common prefix), any other value two calls."""
+        (a single row, too short a common prefix, or layers recomputed in backward, which cannot
+        extend a KV cache), any other value two calls."""
+        if self.config.activation_checkpointing or len(trajectories) < 2:
+            return 0
         prefix = common_prefix_length([t.token_ids for t in trajectories])
-        return prefix if len(trajectories) > 1 and prefix >= self.config.shared_prefix_min_tokens else 0
+        return prefix if prefix >= self.config.shared_prefix_min_tokens else 0
+
+    def _layout(self, trajectories: list[Trajectory], advantages: torch.Tensor, prefix: int) -> Rows:
+        if prefix == 0 and self._pack and len(trajectories) > 1:
+            return packed_rows(trajectories, advantages).to(self._device)
+        return padded_rows(trajectories, advantages, prefix).to(self._device)
 
     def _backward(
         self, trajectories: list[Trajectory], advantages: torch.Tensor, prefix: int
     ) -> tuple[float, PolicyLossStats]:
-        ids = right_padded([t.token_ids for t in trajectories], torch.long)
-        attention = right_padded([[1] * len(t.token_ids) for t in trajectories], torch.long)
-        mask = right_padded([t.generated_mask for t in trajectories], torch.bool)
-        behaviour = right_padded([t.logprobs for t in trajectories], torch.float32)
-        ids, attention = ids.to(self._device), attention.to(self._device)
-        # position i predicts token i+1: drop the first token's label and the last position
-        labels = ids[:, 1:].masked_fill(~attention[:, 1:].bool(), -100)
-        mask, behaviour = mask[:, 1:].to(self._device), behaviour[:, 1:].to(self._device)
-        logits = causal_lm_logits(self.model, ids, attention, prefix)[:, :-1] / self.temperature
-        logprobs, entropy = token_logprobs_and_entropy(logits, labels)
+        rows = self._layout(trajectories, advantages, prefix)
+        autocast = torch.autocast(self._device.type, dtype=self.compute_dtype,
+                                  enabled=self.compute_dtype != torch.float32)
+        with autocast:
+            logprobs, entropy = self.policy(rows)
         reference = None
-        if self.reference is not None:
-            with torch.no_grad():
-                reference, _ = token_logprobs_and_entropy(
-                    causal_lm_logits(self.reference, ids, attention, prefix)[:, :-1] / self.temperature, labels)
-        terms = policy_loss(logprobs, logprobs.detach(), behaviour, advantages.to(self._device)[:, None], mask,
+        if self.reference_policy is not None:
+            with torch.no_grad(), autocast:
+                reference, _ = self.reference_policy(rows)
+        terms = policy_loss(logprobs, logprobs.detach(), rows.behaviour, rows.advantages, rows.mask,
                             self.loss_config, ref_logprobs=reference, entropy=entropy)
         terms.loss_sum.backward()
         return float(terms.loss_sum.detach()), terms.stats
@@ -197,18 +225,25 @@ def _reward(trajectory: Trajectory) -> float:
     return trajectory.reward
 
 
-def _micro_batches(order: list[int], lengths: list[int], max_tokens: int) -> list[list[int]]:
-    """Consecutive runs of `order` whose padded size (rows x longest) stays under max_tokens;
-    a sequence longer than the bound gets a micro-batch of its own."""
+def engine_copy(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A fresh CPU copy, floating-point tensors in `dtype` (the engines' and the compute dtype)."""
+    return tensor.detach().to("cpu", dtype=dtype if tensor.is_floating_point() else tensor.dtype, copy=True)
+
+
+def _micro_batches(order: list[int], lengths: list[int], max_tokens: int, padded: bool = True) -> list[list[int]]:
+    """Consecutive runs of `order` whose size stays under max_tokens: rows x longest when
+    `padded`, else the sum of the lengths; a sequence longer than the bound gets a micro-batch
+    of its own."""
     batches: list[list[int]] = []
     current: list[int] = []
-    longest = 0
+    longest = total = 0
     for index, length in zip(order, lengths, strict=True):
-        if current and (len(current) + 1) * max(longest, length) > max_tokens:
+        size = (len(current) + 1) * max(longest, length) if padded else total + length
+        if current and size > max_tokens:
             batches.append(current)
-            current, longest = [], 0
+            current, longest, total = [], 0, 0
         current.append(index)
-        longest = max(longest, length)
+        longest, total = max(longest, length), total + length
     if current:
         batches.append(current)
     return batches
