@@ -88,8 +88,13 @@ def test_twenty_bf16_steps_raise_the_rewarded_log_probs_as_float32_does(tiny_mod
 def test_engines_get_bf16_weights_of_the_master(tiny_model_dir, groups):
     service = TrainerService(_config(tiny_model_dir, "bfloat16"), tiny_model_dir)
     _steps(service, groups, 1)
-    weights = asyncio.run(service.weights())
     master = dict(service.trainer.model.state_dict())
+    # a push reads the live master (weights/pusher.py casts it to the engines' dtype on the way)
+    live = asyncio.run(service.weights())
+    assert live.keys() == master.keys()
+    assert all(tensor.data_ptr() == master[name].data_ptr() for name, tensor in live.items())
+    # the copy handed to engines elsewhere (FSDP ranks, Ray actors) is in model.dtype
+    weights = service.trainer.engine_weights()
     assert weights.keys() == master.keys()
     for name, tensor in weights.items():
         assert tensor.dtype == torch.bfloat16 and tensor.device.type == "cpu", name

@@ -104,8 +104,12 @@ class WeightPusher:
 
     async def _push(self, transport: str, engines: list[EngineClient], weights: dict[str, torch.Tensor],
                     version: int, device: torch.device) -> None:
-        if transport in ("device_copy", "socket"):
+        if transport == "device_copy":  # the engine casts on its device
             await _all(engines, [engine.update_weights(weights, version) for engine in engines])
+            return
+        if transport == "socket":  # the bytes in the engines' dtype, not the trainer's (fp32 masters)
+            cast = await asyncio.to_thread(_in_dtype, weights, self.dtype)
+            await _all(engines, [engine.update_weights(cast, version) for engine in engines])
             return
         layout = WeightLayout.of(weights, self.dtype)
         if transport == "shared_memory":
@@ -131,6 +135,10 @@ class WeightPusher:
         self._shared.close()
         self._ipc.close()
         self._broadcast_buffer = None
+
+
+def _in_dtype(weights: dict[str, torch.Tensor], dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    return {name: t.to(dtype) if t.is_floating_point() else t for name, t in weights.items()}
 
 
 async def _all(engines: list, calls: list) -> None:
