@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from venusrl.cli.support import load_config_or_exit
-from venusrl.engine.vllm_connector import CONNECTORS
+from venusrl.engine.vllm.connector import CONNECTORS
 
 bench_app = typer.Typer(help="Benchmarks; each writes its figures as JSON.", no_args_is_help=True)
 

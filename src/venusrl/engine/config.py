@@ -14,11 +14,11 @@ EnginePlacement = Literal["in_process", "process"]
 class EngineConfig(Section):
     backend: Literal["ours", "vllm"] = Field(
         "ours", description="ours: venusrl's engine; vllm: vLLM's AsyncLLM under venus's scheduler "
-        "(engine/vllm_backend.py; needs the vllm extra, `make vllm-venv`)")
+        "(engine/vllm/backend.py; needs the vllm extra, `make vllm-venv`)")
     vllm_kv_connector: Literal["auto", "nixl", "none"] = Field(
         "auto", description="engine.backend: vllm: how a turn moved between vLLM engines gets its prefix KV. "
         "nixl: vLLM's NixlConnector (nixl-cu12, `make vllm-venv`): the target pulls the prefix's whole blocks "
-        "from the source (engine/vllm_nixl.py); none: the target recomputes the prefix; auto: nixl where NIXL "
+        "from the source (engine/vllm/nixl.py); none: the target recomputes the prefix; auto: nixl where NIXL "
         "is installed and the forward pass is not on the CPU (on vLLM's CPU build NIXL's progress thread takes "
         "a core from it: results/vllm/nixl-migration), else none")
     placement: EnginePlacement = Field(
