@@ -86,11 +86,9 @@ class TritonBackend:
                              "TRITON_INTERPRET=1); use sdpa on the CPU")
         self.pool = pool
         self.device = device
-        num_slots, head_dim = pool.k.shape[1], pool.k.shape[3]
-        self.scale = head_dim**-0.5
+        self.scale = pool.k.shape[3] ** -0.5
         self.max_sequences = max_sequences
-        # a context never holds more tokens than the pool has slots
-        self.table = SlotTable(max_sequences, num_slots, device)
+        self.table = SlotTable(max_sequences, pool.max_context, device)
 
     def context(self, sequences: list[SequenceSlots]) -> TritonAttention:
         """The eager path: any mix of decode rows and prefills (chunks over a cached prefix)."""
