@@ -52,32 +52,35 @@ def as_int64(seed: int) -> int:
 class SamplingRows:
     """Each row's parameters on the device. Host flags skip work no row needs."""
 
-    temperature: torch.Tensor  # [N] float32; 1 for greedy rows
-    greedy: torch.Tensor  # [N] bool
-    top_k: torch.Tensor  # [N] int64; 0: off
-    top_p: torch.Tensor  # [N] float32; inf: off
-    seeds: torch.Tensor  # [N] int64
+    # None, all of them, when every row is greedy
+    temperature: torch.Tensor | None  # [N] float32; 1 for greedy rows
+    greedy: torch.Tensor | None  # [N] bool
+    top_k: torch.Tensor | None  # [N] int64; 0: off
+    top_p: torch.Tensor | None  # [N] float32; inf: off
+    seeds: torch.Tensor | None  # [N] int64
     all_greedy: bool
     any_truncation: bool
 
     @classmethod
     def build(cls, params: list[SamplingParams], seeds: list[int | None], device: torch.device,
               generator: torch.Generator | None) -> SamplingRows:
-        """seeds[i]: row i's seed (from `position_seed`), or None to draw one from `generator`."""
+        """seeds[i]: row i's seed (from `position_seed`), or None to draw one from `generator`.
+        A batch of greedy rows only needs no tensor at all."""
         greedy = [is_greedy(p) for p in params]
-        all_greedy = all(greedy)
-        values = [[1.0 if g else p.temperature for p, g in zip(params, greedy, strict=True)],
-                  [p.top_p if p.top_p < 1.0 else float("inf") for p in params]]
-        ints = [[int(g) for g in greedy], [p.top_k for p in params], [0 if s is None else as_int64(s) for s in seeds]]
-        floats = torch.tensor(values, dtype=torch.float32, device=device)
-        integers = torch.tensor(ints, dtype=torch.long, device=device)
+        if all(greedy):
+            return cls(None, None, None, None, None, all_greedy=True, any_truncation=False)
+        floats = torch.tensor([[1.0 if g else p.temperature for p, g in zip(params, greedy, strict=True)],
+                               [p.top_p if p.top_p < 1.0 else float("inf") for p in params]],
+                              dtype=torch.float32, device=device)
+        integers = torch.tensor([[int(g) for g in greedy], [p.top_k for p in params],
+                                 [0 if s is None else as_int64(s) for s in seeds]], dtype=torch.long, device=device)
         row_seeds = integers[2]
         unseeded = [i for i, (s, g) in enumerate(zip(seeds, greedy, strict=True)) if s is None and not g]
         if unseeded:
             drawn = torch.randint(0, 2**62, (len(unseeded),), dtype=torch.long, device=device, generator=generator)
             row_seeds = row_seeds.index_put((torch.tensor(unseeded, device=device),), drawn)
         any_truncation = any(p.top_k or p.top_p < 1.0 for p, g in zip(params, greedy, strict=True) if not g)
-        return cls(floats[0], integers[0].bool(), integers[1], floats[1], row_seeds, all_greedy, any_truncation)
+        return cls(floats[0], integers[0].bool(), integers[1], floats[1], row_seeds, False, any_truncation)
 
 
 def _shift(x: torch.Tensor, bits: int) -> torch.Tensor:
@@ -117,25 +120,23 @@ def _truncate(scaled: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
 
 
 def sample_rows(logits: torch.Tensor, rows: SamplingRows) -> torch.Tensor:
-    """logits [N, V] -> [N, 3] float64 on the same device: the token, its log-prob under
-    softmax(logits / T) (before top-k/top-p truncation; greedy rows: T = 1), and the row's
-    NaN logits where its sampling distribution is not finite (-1 where it is: the row is
-    good). Greedy rows are always good."""
+    """logits [N, V] -> [N, 3] float32 on the same device (token ids are exact in float32 up to
+    2**24): the token, its log-prob under softmax(logits / T) (before top-k/top-p truncation;
+    greedy rows: T = 1), and the row's NaN logits where its sampling distribution is not finite
+    (-1 where it is: the row is good). Greedy rows are always good."""
     logits = logits.float()
-    scaled = logits / rows.temperature[:, None]
-    logprobs = torch.log_softmax(scaled, dim=-1)
+    tokens = torch.argmax(logits, dim=-1)
     if rows.all_greedy:
-        tokens = torch.argmax(logits, dim=-1)
-        failed = torch.full_like(tokens, -1)
-    else:
-        candidates = _truncate(scaled, rows) if rows.any_truncation else scaled
-        finite = torch.isfinite(torch.softmax(candidates, dim=-1)).all(-1) | rows.greedy
-        gumbel = -torch.log(-torch.log(uniforms(rows.seeds, logits.shape[-1])))
-        drawn = torch.argmax(candidates + gumbel, dim=-1)
-        tokens = torch.where(rows.greedy, torch.argmax(logits, dim=-1), drawn)
-        failed = torch.where(finite, -1, torch.isnan(logits).sum(-1))
-    picked = logprobs.gather(1, tokens[:, None])[:, 0]
-    return torch.stack([tokens.double(), picked.double(), failed.double()], dim=1)
+        picked = torch.log_softmax(logits, dim=-1).gather(1, tokens[:, None])[:, 0]
+        return torch.stack([tokens.float(), picked, torch.full_like(picked, -1.0)], dim=1)
+    scaled = logits / rows.temperature[:, None]
+    candidates = _truncate(scaled, rows) if rows.any_truncation else scaled
+    finite = torch.isfinite(torch.softmax(candidates, dim=-1)).all(-1) | rows.greedy
+    gumbel = -torch.log(-torch.log(uniforms(rows.seeds, logits.shape[-1])))
+    tokens = torch.where(rows.greedy, tokens, torch.argmax(candidates + gumbel, dim=-1))
+    failed = torch.where(finite, -1, torch.isnan(logits).sum(-1))
+    picked = torch.log_softmax(scaled, dim=-1).gather(1, tokens[:, None])[:, 0]
+    return torch.stack([tokens.float(), picked, failed.float()], dim=1)
 
 
 def sampling_error(params: SamplingParams, nan_logits: int) -> SamplingError:
