@@ -65,11 +65,16 @@ class ModelRunner:
         items = batch.items
         sequences = [SequenceSlots(item.request_id, len(item.token_ids), item.context_slots) for item in items]
         sampled_items = [i for i, item in enumerate(items) if item.sample]
+        # the sampling parameters go to the device before the forward is launched: their copies
+        # then wait on an idle device, not on the forward
+        rows = self._sampling_rows([items[i] for i in sampled_items]) if sampled_items else None
         if self.graphs is not None and all(len(item.token_ids) == 1 for item in items) \
                 and self.graphs.fits(len(items)):
             step = self.attention.decode_step(sequences, [item.token_ids[0] for item in items],
                                               [item.positions[0] for item in items])
             logits = self.graphs.run(step)
+            if not sampled_items:
+                return Sampled()
             if len(sampled_items) < len(items):
                 logits = logits[torch.tensor(sampled_items, device=self.device)]
         else:
@@ -85,24 +90,21 @@ class ModelRunner:
             ends = list(itertools.accumulate(len(items[i].token_ids) for i in range(len(items))))
             last = torch.tensor([ends[i] - 1 for i in sampled_items], device=self.device)
             logits = self.model.lm_head(hidden[last])
-        if not sampled_items:
-            return Sampled()
-        return self._sample([items[i] for i in sampled_items], logits)
-
-    def _sample(self, items: list[ScheduledRequest], logits: torch.Tensor) -> Sampled:
-        params = [item.sampling for item in items]
-        # seed + position in the output: reproducible across retraction and resume
-        seeds = [None if p.seed is None else position_seed(p.seed, item.num_generated)
-                 for p, item in zip(params, items, strict=True)]
-        rows = SamplingRows.build(params, seeds, self.device, self.generator)
         drawn = sample_rows(logits, rows).tolist()  # the step's one device-to-host copy
         out = Sampled()
-        for item, (token, logprob, failed) in zip(items, drawn, strict=True):
+        for item, (token, logprob, failed) in zip([items[i] for i in sampled_items], drawn, strict=True):
             if failed >= 0:  # this request's alone: the batch's other rows are fine
                 out.errors[item.request_id] = sampling_error(item.sampling, int(failed))
             else:
                 out.tokens[item.request_id] = SampledToken(int(token), logprob)
         return out
+
+    def _sampling_rows(self, items: list[ScheduledRequest]) -> SamplingRows:
+        params = [item.sampling for item in items]
+        # seed + position in the output: reproducible across retraction and resume
+        seeds = [None if p.seed is None else position_seed(p.seed, item.num_generated)
+                 for p, item in zip(params, items, strict=True)]
+        return SamplingRows.build(params, seeds, self.device, self.generator)
 
     @torch.no_grad()
     def load_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
