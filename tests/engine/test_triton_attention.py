@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 pytest.importorskip("triton", reason="the triton backend needs the triton package (the test extra)")
 
 from venusrl.engine.attention import SequenceSlots, make_backend  # noqa: E402
+from venusrl.engine.attention.triton_kernels import decode_attention  # noqa: E402
 from venusrl.engine.config import EngineConfig  # noqa: E402
+from venusrl.engine.cuda_graphs import CaptureReport, DecodeGraphs  # noqa: E402
 from venusrl.engine.engine import Engine  # noqa: E402
 from venusrl.engine.graph_buckets import bucket_for, graph_buckets  # noqa: E402
 from venusrl.engine.kv_pool import KVPool  # noqa: E402
@@ -134,7 +136,7 @@ def test_padded_decode_inputs_store_and_change_nothing():
     size = bucket_for(len(sequences), graph_buckets(16))
     assert size == 4
     _, _, new_slots, new_index, rows, lengths = torch.tensor(step.padded(size, *backend.padding))
-    context = backend.decode_context(new_slots, new_index, rows, lengths, torch.arange(size))
+    context = backend.decode_context(new_slots, rows, lengths, torch.arange(size))
     backend.write_new(new_index, new_slots)
     eager = pair.sdpa.context(sequences)
     for layer in range(pair.args.num_hidden_layers):
@@ -162,3 +164,64 @@ def test_the_engine_generates_the_same_tokens_on_both_backends(tiny_model_dir):
     for ours, theirs in zip(outputs["triton"], outputs["sdpa"], strict=True):
         assert ours.output_ids == theirs.output_ids
         assert ours.logprobs == pytest.approx(theirs.logprobs, abs=1e-4)
+
+
+class _Replay:
+    """A graph stand-in on the CPU: replay runs the captured function eagerly."""
+
+    def __init__(self, forward, outputs: dict, size: int):
+        self.forward, self.outputs, self.size = forward, outputs, size
+
+    def replay(self) -> None:
+        self.outputs[self.size] = self.forward()
+
+
+class _EagerGraphs(DecodeGraphs):
+    """DecodeGraphs with the capture left out (no CUDA here): everything else, the static
+    buffers, the bucket choice, the padding and the runner's graph path, is the real one."""
+
+    def _capture(self) -> CaptureReport:
+        for size in self.buckets:
+            self.graphs[size] = _Replay(self._forward(size), self.logits, size)
+        return CaptureReport(self.buckets, 0.0, 0)
+
+
+def test_the_graph_path_generates_what_sdpa_generates(tiny_model_dir):
+    """Decode steps through the graphs' static, padded inputs (batch 3 in the bucket of 4, then
+    fewer as requests finish), prefills eager: the same tokens as the sdpa engine."""
+    prompts = [list(range(3, 30)), list(range(40, 45)), [9, 10]]
+    params = [SamplingParams(max_new_tokens=n, temperature=0, stop_token_ids=(-1,)) for n in (7, 4, 5)]
+    outputs = {}
+    for backend in ("sdpa", "triton"):
+        config = EngineConfig(kv_capacity_tokens=512, page_size=4, max_running_requests=6, attention_backend=backend)
+        engine = Engine.from_pretrained(tiny_model_dir, config)
+        if backend == "triton":
+            runner = engine.runner
+            runner.graphs = _EagerGraphs(runner.model, runner.attention, config.max_running_requests)
+            assert runner.graphs.buckets == [1, 2, 4, 6]
+        ids = [engine.add_request(p, s) for p, s in zip(prompts, params, strict=True)]
+        done = engine.run_to_completion()
+        outputs[backend] = [done[i] for i in ids]
+    for ours, theirs in zip(outputs["triton"], outputs["sdpa"], strict=True):
+        assert ours.output_ids == theirs.output_ids
+        assert ours.logprobs == pytest.approx(theirs.logprobs, abs=1e-4)
+
+
+@pytest.mark.parametrize("splits", [1, 3, 8])
+def test_decode_is_the_same_for_any_number_of_splits(splits):
+    """A GPU picks the splits from its SM count and the batch (1 at large batches, up to 16):
+    the merge gives the same attention for any count, empty splits included (lengths 1..)."""
+    pair = _Pair(8, 2, 16, seed=splits)
+    pair.step({"a": 1, "b": 6, "c": 20})
+    lengths = torch.tensor([len(pair.contexts[k]) for k in ("a", "b", "c")])
+    rows = torch.tensor(pair.triton.table.prepare([SequenceSlots(k, 0, pair.contexts[k]) for k in ("a", "b", "c")]).rows)
+    q = torch.randn(3, 8, 16, generator=pair.g)
+    pool = pair.pools[1]
+    outs = []
+    for count in (2, splits):
+        out = torch.empty_like(q)
+        scratch = (torch.empty(3, 8, count, 16), torch.empty(3, 8, count))
+        decode_attention(q, pool.k[0], pool.v[0], pair.triton.table.table, rows, lengths, torch.arange(3), out,
+                         *scratch, 0.25)
+        outs.append(out)
+    torch.testing.assert_close(outs[1], outs[0], atol=2e-6, rtol=1e-5)

@@ -55,7 +55,7 @@ class DecodeGraphs:
 
     def _forward(self, size: int):
         ids, positions, new_slots, new_index, rows, lengths = (row[:size] for row in self.inputs)
-        context = self.backend.decode_context(new_slots, new_index, rows, lengths, self.q_rows[:size])
+        context = self.backend.decode_context(new_slots, rows, lengths, self.q_rows[:size])
 
         def forward() -> torch.Tensor:
             self.backend.write_new(new_index, new_slots)

@@ -87,7 +87,6 @@ class TritonBackend:
         self.pool = pool
         self.device = device
         self.scale = pool.k.shape[3] ** -0.5
-        self.max_sequences = max_sequences
         self.table = SlotTable(max_sequences, pool.max_context, device)
 
     def context(self, sequences: list[SequenceSlots]) -> TritonAttention:
@@ -131,8 +130,8 @@ class TritonBackend:
         return DecodeStep(token_ids, positions, [seq.context_slots[-1] for seq in sequences], plan.new_index,
                           plan.rows, [len(seq.context_slots) for seq in sequences])
 
-    def decode_context(self, new_slots: torch.Tensor, new_index: torch.Tensor, rows: torch.Tensor,
-                       lengths: torch.Tensor, q_rows: torch.Tensor) -> TritonAttention:
+    def decode_context(self, new_slots: torch.Tensor, rows: torch.Tensor, lengths: torch.Tensor,
+                       q_rows: torch.Tensor) -> TritonAttention:
         """A decode-only context over given device tensors (a CUDA graph's static buffers);
         the caller writes the new tokens' table entries (`write_new`) before the forward."""
         decode = _Decode(q_rows, rows, lengths)

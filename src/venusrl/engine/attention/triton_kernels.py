@@ -226,7 +226,8 @@ def decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor
         BLOCK_H=max(16, triton.next_power_of_2(group)), BLOCK_N=block_n, PRECISION=_precision(k_pool.dtype))
     _decode_merge_kernel[(batch, num_heads)](
         part_out, part_lse, out, q_rows, out.stride(0), out.stride(1),
-        NUM_HEADS=num_heads, HEAD_DIM=head_dim, SPLITS=splits, BLOCK_S=triton.next_power_of_2(splits),
+        # a block of at least 2 splits (the last masked when there is one) keeps the merge a reduction
+        NUM_HEADS=num_heads, HEAD_DIM=head_dim, SPLITS=splits, BLOCK_S=max(2, triton.next_power_of_2(splits)),
         BLOCK_D=block_d)
 
 
