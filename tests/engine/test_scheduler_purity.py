@@ -10,7 +10,8 @@ import venusrl
 
 SRC = Path(venusrl.__file__).parent
 FORBIDDEN = {"torch", "threading", "asyncio", "socket", "time", "concurrent", "multiprocessing", "numpy"}
-SCHEDULER_MODULES = ["scheduler", "admission", "kv_book", "request_queue", "demotion", "scheduler_stats"]
+# and the CUDA-graph bucket choice, decision code of the runner kept pure the same way
+SCHEDULER_MODULES = ["scheduler", "admission", "kv_book", "request_queue", "demotion", "scheduler_stats", "graph_buckets"]
 
 
 def imported_modules(module: str) -> set[str]:

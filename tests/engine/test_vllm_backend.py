@@ -16,7 +16,7 @@ import torch  # noqa: E402
 
 from venusrl.engine.config import EngineConfig  # noqa: E402
 from venusrl.engine.engine import Engine  # noqa: E402
-from venusrl.engine.vllm_backend import VLLMEngine  # noqa: E402
+from venusrl.engine.vllm.backend import VLLMEngine  # noqa: E402
 from venusrl.model.checkpoint import load_model  # noqa: E402
 from venusrl.model.tiny import make_tiny_model  # noqa: E402
 from venusrl.types import Priority, SamplingParams  # noqa: E402
@@ -296,7 +296,7 @@ def test_without_a_kv_connector_a_moved_turn_recomputes_and_says_so(setup, caplo
     prefix), and the engine says why once, at INFO."""
     runner, engine, _, _ = setup
     context = _prompts(1, 100, seed=11)[0]
-    with caplog.at_level("INFO", logger="venusrl.engine.vllm_backend"):
+    with caplog.at_level("INFO", logger="venusrl.engine.vllm.backend"):
         moved = [runner.run(engine.send_prefix(context, engine, "moved")) for _ in range(2)]
     assert moved == [0, 0]
     said = [r.getMessage() for r in caplog.records if "recompute their prefix" in r.getMessage()]

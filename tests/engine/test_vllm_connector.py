@@ -1,5 +1,5 @@
 """`engine.vllm_kv_connector`: which KV connector vLLM engines start with, checked where vLLM
-and NIXL are not installed too (engine/vllm_connector.py)."""
+and NIXL are not installed too (engine/vllm/connector.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from venusrl.engine.config import EngineConfig
-from venusrl.engine.vllm_connector import moved_tokens, nixl_installed, resolve_connector
+from venusrl.engine.vllm.connector import moved_tokens, nixl_installed, resolve_connector
 
 without_nixl = pytest.mark.skipif(nixl_installed(), reason="NIXL is installed in this venv")
 

@@ -1,5 +1,5 @@
 """A turn moved between two live vLLM engines takes its prefix KV along over NIXL
-(`engine.vllm_kv_connector: nixl`, engine/vllm_nixl.py): the target's prefix cache serves the
+(`engine.vllm_kv_connector: nixl`, engine/vllm/nixl.py): the target's prefix cache serves the
 moved blocks and the turn's greedy output equals the unmoved run's. Two engines on the tiny
 head_dim-64 model serve the module. Runs in the vLLM venv with NIXL (`make test-vllm`); skipped
 where vLLM or NIXL is not installed."""
@@ -16,8 +16,8 @@ pytest.importorskip("vllm", reason="vLLM is not installed in this venv: `make te
 import torch  # noqa: E402
 
 from venusrl.engine.config import EngineConfig  # noqa: E402
-from venusrl.engine.vllm_backend import VLLMEngine  # noqa: E402
-from venusrl.engine.vllm_connector import nixl_installed  # noqa: E402
+from venusrl.engine.vllm.backend import VLLMEngine  # noqa: E402
+from venusrl.engine.vllm.connector import nixl_installed  # noqa: E402
 from venusrl.model.checkpoint import load_model  # noqa: E402
 from venusrl.model.tiny import make_tiny_model  # noqa: E402
 from venusrl.types import Priority, SamplingParams  # noqa: E402
@@ -108,7 +108,7 @@ def test_weights_update_after_a_move(engines):
 
 def test_a_context_within_one_block_moves_nothing(engines, caplog):
     runner, a, b, model_dir = engines
-    with caplog.at_level("INFO", logger="venusrl.engine.vllm_nixl"):
+    with caplog.at_level("INFO", logger="venusrl.engine.vllm.nixl"):
         moved = runner.run(a.send_prefix(_prompt(BLOCK, seed=3), b, "short"))
     assert moved == 0
     assert "fills no whole KV block" in caplog.text

@@ -1,4 +1,4 @@
-"""Trajectory-aware residency and demotion on vLLM (engine/vllm_tiers.py), on the tiny Qwen3 of
+"""Trajectory-aware residency and demotion on vLLM (engine/vllm/tiers.py), on the tiny Qwen3 of
 test_vllm_backend and a pool of 32 blocks of 32 tokens: a HIGH trajectory's KV survives a
 flood of other requests between its turns under `tiers` and not under `lru`; a LOW request
 never releases a HIGH hold while other work runs; the shortest HIGH trajectory is demoted when
@@ -17,7 +17,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed in this venv: `make te
 from tests.engine.test_vllm_backend import NO_STOP, _collect, _ours, _prompts, _tiny  # noqa: E402
 
 from venusrl.engine.config import EngineConfig  # noqa: E402
-from venusrl.engine.vllm_backend import VLLMEngine  # noqa: E402
+from venusrl.engine.vllm.backend import VLLMEngine  # noqa: E402
 from venusrl.model.checkpoint import load_model  # noqa: E402
 from venusrl.types import Priority, SamplingParams  # noqa: E402
 

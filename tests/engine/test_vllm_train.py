@@ -20,7 +20,7 @@ from venusrl.runtime.local import train  # noqa: E402
 
 
 def test_train_on_vllm_trains_each_prompt_once(tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="venusrl.engine.vllm_backend")
+    caplog.set_level(logging.INFO, logger="venusrl.engine.vllm.backend")
     model_dir = make_tiny_model(tmp_path / "model", layers=2, hidden=128, heads=2, kv_heads=1, head_dim=64, seed=1)
     config = run_config(model_dir, engine={"backend": "vllm", "page_size": 32, "max_running_requests": 8},
                         trainer={"steps": 2, "keep_checkpoints": 1})
@@ -30,6 +30,6 @@ def test_train_on_vllm_trains_each_prompt_once(tmp_path, caplog):
     assert len(trained) == 4 and set(trained.values()) == {1} and set(trained) <= set(all_prompts(config))
     kinds = Counter(r["kind"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl"))
     assert kinds["step"] == 2 and kinds["group"] == 4 and kinds["summary"] == 1
-    events = [r.getMessage() for r in caplog.records if r.name == "venusrl.engine.vllm_backend"]
+    events = [r.getMessage() for r in caplog.records if r.name == "venusrl.engine.vllm.backend"]
     assert any(m.startswith("vLLM engine started") for m in events), events
     assert any(m.startswith("weights updated to version 2") for m in events), events

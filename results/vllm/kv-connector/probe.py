@@ -7,7 +7,7 @@ from vllm.inputs import TokensPrompt
 from vllm.usage.usage_lib import UsageContext
 from vllm.v1.engine.async_llm import AsyncLLM
 from venusrl.engine.config import EngineConfig
-from venusrl.engine.vllm_args import engine_args
+from venusrl.engine.vllm.args import engine_args
 from venusrl.model.tiny import make_tiny_model
 
 STORE = "/tmp/i20/conn/store"

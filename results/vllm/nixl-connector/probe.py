@@ -26,7 +26,7 @@ from vllm.inputs import TokensPrompt
 from vllm.usage.usage_lib import UsageContext
 from vllm.v1.engine.async_llm import AsyncLLM
 from venusrl.engine.config import EngineConfig
-from venusrl.engine.vllm_args import engine_args
+from venusrl.engine.vllm.args import engine_args
 from venusrl.model.tiny import make_tiny_model
 
 PREFIX_LEN = int(sys.argv[2]) if len(sys.argv) > 2 else 96  # 96: 3 blocks of 32

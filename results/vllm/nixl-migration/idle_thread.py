@@ -4,7 +4,7 @@ thread of this process tree read from /proc before and after (threads over 5 tic
 their allowed cores), then 200 greedy tokens timed. Usage: idle_thread.py nixl|none"""
 import asyncio, os, sys, glob, time
 from venusrl.engine.config import EngineConfig
-from venusrl.engine.vllm_backend import VLLMEngine
+from venusrl.engine.vllm.backend import VLLMEngine
 from venusrl.model.tiny import make_tiny_model
 from venusrl.types import Priority, SamplingParams
 

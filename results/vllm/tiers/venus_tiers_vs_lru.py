@@ -1,5 +1,5 @@
 """One venus round on vLLM with `engine.cache_policy: tiers` (holds by tier and demotion,
-engine/vllm_tiers.py) and one with `lru` (vLLM's own prefix cache), all else equal: the quick
+engine/vllm/tiers.py) and one with `lru` (vLLM's own prefix cache), all else equal: the quick
 case of `venusrl bench rollout` with a tight KV pool (1,500 tokens per engine, the sweep's tight
 budget), the same tasks, a trainer of 0.5 s per step, no learned predictor (the coordinator's
 priors rank the groups). Writes each round's cache figures to the JSON named on the command

@@ -81,7 +81,7 @@ def _hf(model_dir: Path, case: ThroughputCase):
 
 
 def _vllm(model_dir: Path, case: ThroughputCase, runner: asyncio.Runner):
-    from venusrl.engine.vllm_backend import VLLMEngine
+    from venusrl.engine.vllm.backend import VLLMEngine
 
     async def start():
         return VLLMEngine.start(model_dir, _engine_config(case))

@@ -69,7 +69,7 @@ from venusrl.engine.engine import Engine
 from venusrl.engine.process import EngineSpec
 from venusrl.engine.remote import spawn_engines
 from venusrl.engine.step_log import WAITS, StepSample
-from venusrl.engine.vllm_connector import scoped_environ
+from venusrl.engine.vllm.connector import scoped_environ
 from venusrl.model.chat import load_tokenizer
 from venusrl.model.checkpoint import load_model
 from venusrl.model.tiny import make_tiny_model
@@ -190,13 +190,13 @@ def _vllm_worker_on_core(core: int):
 async def _open_engines(model_dir: Path, case: RolloutCase, setup: ModeSetup, placement: str) -> list[EngineClient]:
     """The round's engines: ours in this process or each in its own, or vLLM's (`VLLMEngine`,
     started in this event loop, as it must be). The setup's cache policy and demotion reach
-    vLLM through our scheduler class (engine/vllm_tiers.py): `lru` is vLLM's own prefix cache,
+    vLLM through our scheduler class (engine/vllm/tiers.py): `lru` is vLLM's own prefix cache,
     `tiers` holds live trajectories' blocks between turns by tier and demotes."""
     engine_config = EngineConfig(kv_capacity_tokens=case.kv_tokens_per_engine, page_size=1,
                                  cache_policy=setup.cache_policy, demotion=setup.demotion,
                                  work_conservation=setup.work_conservation)
     if case.engine_backend == "vllm":
-        from venusrl.engine.vllm_backend import VLLMEngine
+        from venusrl.engine.vllm.backend import VLLMEngine
 
         vllm_config = EngineConfig.model_validate({**engine_config.model_dump(), "backend": "vllm",
                                                    "page_size": VLLM_PAGE_SIZE,
@@ -216,7 +216,7 @@ def _tokens(case: RolloutCase, logs: list[tuple[StepSample, ...]], stats: list, 
             coordinator: DataCoordinator, worker: RolloutWorker) -> dict[str, int]:
     """The round's token counts. On vLLM, sampled counts its decode steps' tokens only (each
     request's first token is sampled by its prefill step, which vLLM does not tell apart),
-    recomputed tokens are our scheduler class's count (engine/vllm_tiers.py: prefilled again
+    recomputed tokens are our scheduler class's count (engine/vllm/tiers.py: prefilled again
     although computed before for the trajectory since the last weight update, which clears
     vLLM's cache), and aborted-unseen tokens are left out: vLLM does not count them."""
     sampled = sum(s.decode_seqs for log in logs for s in log)
@@ -569,15 +569,15 @@ def _backend_note(case: RolloutCase) -> dict[str, Any]:
         return {"name": "ours"}
     return {"name": "vllm", "page_size": VLLM_PAGE_SIZE,
             "setups": "slot modes, the coordinator's policy, priorities (vLLM's priority scheduling with venus's "
-                      "preemption, engine/vllm_scheduler.py) and moves between engines apply as on ours; "
-                      "cache_policy and demotion reach vLLM through our scheduler class (engine/vllm_tiers.py): lru "
+                      "preemption, engine/vllm/scheduler.py) and moves between engines apply as on ours; "
+                      "cache_policy and demotion reach vLLM through our scheduler class (engine/vllm/tiers.py): lru "
                       "is vLLM's own LRU prefix cache, tiers holds each live trajectory's blocks between its turns "
                       "(released LOW-held before HIGH-held when room is short) and demotes HIGH trajectories "
                       "shortest first when their KV demand exceeds the pool; a moved turn's prefix KV goes along "
-                      "over NIXL (engine/vllm_nixl.py) with vllm_kv_connector nixl, else the target recomputes it",
+                      "over NIXL (engine/vllm/nixl.py) with vllm_kv_connector nixl, else the target recomputes it",
             "kv_connector": case.vllm_kv_connector,
             "cpu_binding": f"engine i's worker on core i ({VLLM_BIND}), one core each, as ours run one thread each",
-            "step_log": "vLLM's iteration details (engine/vllm_stats.py): seconds are its elapsed_ms (forward and "
+            "step_log": "vLLM's iteration details (engine/vllm/stats.py): seconds are its elapsed_ms (forward and "
                         "sampling); kv_tokens its KV blocks in use; recomputed tokens counted by our scheduler "
                         "class; no wait split and no aborted-unseen tokens (vLLM counts neither), so no waste "
                         "bound"}

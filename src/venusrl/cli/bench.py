@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from venusrl.cli.support import load_config_or_exit
-from venusrl.engine.vllm_connector import CONNECTORS
+from venusrl.engine.vllm.connector import CONNECTORS
 
 bench_app = typer.Typer(help="Benchmarks; each writes its figures as JSON.", no_args_is_help=True)
 
@@ -54,12 +54,42 @@ def bench_engine(
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
     backends: Annotated[str | None, typer.Option(
         help="comma-separated among ours,vllm,hf: their tokens/s side by side instead (vllm: run in .venv-vllm)")] = None,
+    device: Annotated[str | None, typer.Option(
+        help="cuda or cpu: instead, the engine on an official model shape with random weights on this device "
+             "(bench/engine_shapes.py): tokens/s at batch 1, 64, 256 against transformers, ms per decode step "
+             "against the HBM roofline, kernel launches per step, CUDA-graph capture, triton vs sdpa logits")] = None,
+    model_shape: Annotated[str, typer.Option(help="with --device: qwen3-0.6b, qwen3-4b, qwen3-8b or tiny")] = "qwen3-4b",
+    cases: Annotated[str | None, typer.Option(
+        help="with --device: batch:prompt_tokens:new_tokens,... (default 1:256:128,64:512:256,256:512:128 on "
+             "cuda, 1:32:16,8:64:32 on cpu)")] = None,
+    hbm_tb_s: Annotated[float, typer.Option(min=0.01, help="with --device: HBM bandwidth of the roofline (H200: 4.8)")] = 4.8,
 ) -> None:
     """Engine vs transformers tokens/s and greedy agreement; KV hit rate of an agentic
-    workload under a tight KV budget for lru, tiers and tiers_demotion."""
+    workload under a tight KV budget for lru, tiers and tiers_demotion. With --device: the
+    engine on an official model shape instead."""
     from venusrl.bench.engine import main
     from venusrl.bench.engine_backends import parse_backends
 
+    if device is not None:
+        from venusrl.bench import engine_shapes
+        from venusrl.bench.report import emit
+
+        try:
+            if device not in ("cuda", "cpu"):
+                raise ValueError(f"--device: {device!r} is not cuda or cpu")
+            if model_shape not in engine_shapes.SHAPES:
+                raise ValueError(f"--model-shape: {model_shape!r} is not one of {', '.join(engine_shapes.SHAPES)}")
+            parsed = engine_shapes.parse_cases(cases) if cases else None
+            result = engine_shapes.run(device, model_shape, parsed, hbm_tb_s)
+        except ValueError as err:
+            typer.echo(f"error: {err}", err=True)
+            raise typer.Exit(2) from None
+        result["command"] = (f"venusrl bench engine --device {device} --model-shape {model_shape}"
+                             + (f" --cases {cases}" if cases else "") + f" --hbm-tb-s {hbm_tb_s}")
+        if json_out is not None:
+            json_out.parent.mkdir(parents=True, exist_ok=True)
+        emit(result, json_out)
+        return
     try:
         names = parse_backends(backends) if backends is not None else None
     except ValueError as err:

@@ -15,11 +15,11 @@ EnginePlacement = Literal["in_process", "process"]
 class EngineConfig(Section):
     backend: Literal["ours", "vllm"] = Field(
         "ours", description="ours: venusrl's engine; vllm: vLLM's AsyncLLM under venus's scheduler "
-        "(engine/vllm_backend.py; needs the vllm extra, `make vllm-venv`)")
+        "(engine/vllm/backend.py; needs the vllm extra, `make vllm-venv`)")
     vllm_kv_connector: Literal["auto", "nixl", "none"] = Field(
         "auto", description="engine.backend: vllm: how a turn moved between vLLM engines gets its prefix KV. "
         "nixl: vLLM's NixlConnector (nixl-cu12, `make vllm-venv`): the target pulls the prefix's whole blocks "
-        "from the source (engine/vllm_nixl.py); none: the target recomputes the prefix; auto: nixl where NIXL "
+        "from the source (engine/vllm/nixl.py); none: the target recomputes the prefix; auto: nixl where NIXL "
         "is installed and the forward pass is not on the CPU (on vLLM's CPU build NIXL's progress thread takes "
         "a core from it: results/vllm/nixl-migration), else none")
     placement: EnginePlacement = Field(
@@ -54,7 +54,15 @@ class EngineConfig(Section):
         3, ge=0, description="engine crashes in a row (no step completed between them) the engine thread "
         "recovers from by rebuilding the engine and re-issuing in-flight requests from their partial outputs; "
         "past it the engine is dead and /health answers 503")
-    attention_backend: Literal["sdpa"] = Field("sdpa", description="paged attention kernel (see engine/paged_attention.py)")
+    attention_backend: Literal["auto", "sdpa", "triton"] = Field(
+        "auto", description="paged attention kernels (engine/attention/): triton: Triton kernels reading K/V "
+        "from the pool through a slot table (the GPU backend; needs the triton package); sdpa: PyTorch's "
+        "scaled_dot_product_attention with decode rows (the CPU backend); auto: triton on a CUDA device, "
+        "sdpa elsewhere")
+    cuda_graphs: bool = Field(
+        True, description="replay decode-only steps from CUDA graphs captured at start-up, one per batch-size "
+        "bucket (1, 2, 4, 8, then steps of 16 up to max_running_requests; engine/cuda_graphs.py): on a CUDA "
+        "device with the triton backend; ignored elsewhere")
     kv_after_weight_update: Literal["recompute", "keep"] = Field(
         "recompute",
         description="recompute: cached KV is dropped with the old weights, so every token is computed "

@@ -75,7 +75,7 @@ class Engine:
         self._next_idle_sweep = float("-inf")
         self.scheduler = Scheduler(config)
         self.runner = ModelRunner(model, config.kv_capacity_tokens, seed, config.attention_backend,
-                                  config.host_kv_capacity_tokens)
+                                  config.host_kv_capacity_tokens, config.max_running_requests, config.cuda_graphs)
         self.weight_version = 0
         # The last step had nothing to do: no request ran, was retracted, finished or moved.
         # The engine's state changes only by steps and calls, so until a call arrives (a

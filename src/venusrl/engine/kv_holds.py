@@ -1,5 +1,5 @@
 """Trajectory holds: the three-tier residency of our radix cache (paper §4.3) as vLLM's block
-pool allows it. Pure: blocks are ints; `vllm_tiers.py` applies what this book decides to vLLM.
+pool allows it. Pure: blocks are ints; `vllm/tiers.py` applies what this book decides to vLLM.
 
 vLLM frees a finished request's KV blocks at once: hashed blocks go to the tail of its free
 queue (LRU) and stay matchable until another request takes them. A *hold* keeps one reference

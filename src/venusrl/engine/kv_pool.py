@@ -25,6 +25,8 @@ class KVPool:
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.num_slots = num_slots
+        # the longest context a sequence can have here: the pool's slots or the model's positions
+        self.max_context = min(num_slots, args.max_position_embeddings)
         # the host tier (`host_tier.py`); pinned when the pool is on a GPU so copies are async-capable
         host_shape = (args.num_hidden_layers, host_slots, args.num_key_value_heads, args.head_dim)
         pin = torch.device(device).type == "cuda"

@@ -38,7 +38,7 @@ def open_engines(model_dir: Path, engine: EngineConfig, model: Any, count: int, 
         return [RemoteEngine.from_handshake(h, name=f"engine {i} ({h['address'][0]}, pid {h['pid']})")
                 for i, h in enumerate(handshakes)]
     if engine.backend == "vllm":  # vLLM's AsyncLLM runs its engine core in processes of its own
-        from venusrl.engine.vllm_backend import VLLMEngine
+        from venusrl.engine.vllm.backend import VLLMEngine
 
         return [VLLMEngine.start(model_dir, engine, dtype=model.dtype, weight_version=weight_version)
                 for _ in range(count)]

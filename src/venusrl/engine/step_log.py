@@ -87,7 +87,7 @@ class StepLog:
             self.add(StepSample(prefill, len(contexts), sum(contexts), ended_s - started_s, ended_s))
 
     def add(self, sample: StepSample) -> None:
-        """A step shaped by its engine (vLLM's, `engine/vllm_stats.py`)."""
+        """A step shaped by its engine (vLLM's, `engine/vllm/stats.py`)."""
         self.samples.append(sample)
         if len(self.samples) > self.limit:  # drop the older half at once: amortised O(1) a step
             dropped = len(self.samples) - self.limit // 2

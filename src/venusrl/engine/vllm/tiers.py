@@ -59,7 +59,7 @@ from collections.abc import Collection, Hashable, Iterable
 from vllm.v1.request import Request, RequestStatus
 
 from venusrl.engine.kv_holds import HoldBook, HoldTier, high_demand, max_hold_tier
-from venusrl.engine.vllm_scheduler import PriorityPreemptingScheduler
+from venusrl.engine.vllm.scheduler import PriorityPreemptingScheduler
 from venusrl.types import Priority
 
 log = logging.getLogger(__name__)

@@ -3,32 +3,32 @@
 What each venus mechanism becomes here (vLLM 0.32, its V1 engine):
 - priority: PROMOTED/HIGH/LOW are vLLM priorities 0/1/2 (lower is more urgent) under
   `scheduling_policy="priority"`; `PriorityPreemptingScheduler` adds venus's preemption of a
-  running LOW request for a waiting HIGH one when the batch is full (vllm_scheduler.py).
+  running LOW request for a waiting HIGH one when the batch is full (vllm/scheduler.py).
 - set_priority: vLLM cannot change a request's priority once added. The trajectory's live
   requests are re-issued at the new priority as continuations (prompt + the output so far),
   whose full KV blocks hit vLLM's prefix cache; the caller's stream carries on.
 - weight updates: vLLM pauses (in-flight requests aborted, the prefix cache cleared, so no token
   is computed by older weights: `kv_after_weight_update: recompute`, the only mode accepted
-  here, see vllm_args.py); the state dict is loaded in place in each worker (vllm_worker.py) and
+  here, see vllm/args.py); the state dict is loaded in place in each worker (vllm/worker.py) and
   the version set; aborted requests are re-issued as continuations. Each token's version is the
   one vLLM's engine core stamped on the step that sampled it.
 - log-probs: vLLM's `processed_logprobs` of the sampled token, i.e. under the rollout
   temperature (equal to ours, softmax(logits / T), when top-p/top-k cut nothing; with a cut
   vLLM renormalises over the kept tokens, ours does not).
-- step log: vLLM's own per-iteration details (its elapsed_ms and token counts; vllm_stats.py);
+- step log: vLLM's own per-iteration details (its elapsed_ms and token counts; vllm/stats.py);
   the wait split (no request / stalled) of our engine's step log is not kept (vLLM does not
   account for its idle).
-- residency tiers, demotion: our scheduler class (vllm_tiers.py) holds a live trajectory's
+- residency tiers, demotion: our scheduler class (vllm/tiers.py) holds a live trajectory's
   blocks between its turns by tier and demotes HIGH trajectories under KV pressure
   (`engine.cache_policy: tiers`; `lru` is vLLM's own LRU prefix cache). Each request names its
   trajectory in its `extra_args`; trajectory start, priority change and release reach the
   scheduler as control ids on vLLM's abort channel (`control_id`); the demoted set and the
-  counts come back with vLLM's per-step stats (vllm_stats.py).
+  counts come back with vLLM's per-step stats (vllm/stats.py).
 - KV of a moved turn: vLLM moves KV between engines only through a KV connector configured at
   start (`kv_transfer_config`), per request, not by a call. With `engine.vllm_kv_connector: nixl`
-  (or auto, where NIXL is installed, off vLLM's CPU build: vllm_connector.py) every engine starts with NixlConnector and `send_prefix` to
+  (or auto, where NIXL is installed, off vLLM's CPU build: vllm/connector.py) every engine starts with NixlConnector and `send_prefix` to
   another such engine moves the whole blocks of the context as two 1-token requests of the same
-  prefix, an export on the source and a pull on the target (vllm_nixl.py); the turn then hits
+  prefix, an export on the source and a pull on the target (vllm/nixl.py); the turn then hits
   the target's prefix cache. Without it the target recomputes the prefix. `export_prefix` and
   `import_prefix` (KV through the caller, as host tensors) move nothing on vLLM.
 """
@@ -65,17 +65,17 @@ from venusrl.engine.engine import RequestOutput
 from venusrl.engine.kv_pool import HostKV
 from venusrl.engine.stats import EngineStats
 from venusrl.engine.step_log import StepLogSlice
-from venusrl.engine.vllm_args import engine_args, vllm_params
-from venusrl.engine.vllm_connector import (
+from venusrl.engine.vllm.args import engine_args, vllm_params
+from venusrl.engine.vllm.connector import (
     new_endpoint,
     resolve_connector,
     scoped_environ,
     spawn_environ,
     transfer_config,
 )
-from venusrl.engine.vllm_nixl import NixlPeer
-from venusrl.engine.vllm_stats import StatsCollector, usable_kv_tokens
-from venusrl.engine.vllm_tiers import control_id
+from venusrl.engine.vllm.nixl import NixlPeer
+from venusrl.engine.vllm.stats import StatsCollector, usable_kv_tokens
+from venusrl.engine.vllm.tiers import control_id
 from venusrl.types import Priority, SamplingParams
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ class VLLMEngine:
 
     async def _unpin_compute(self) -> None:
         """NIXL moved the worker's forward pass onto its transfer core; back to the engine's own
-        (vllm_worker.VenusWorkerExtension.venusrl_unpin_compute)."""
+        (vllm/worker.VenusWorkerExtension.venusrl_unpin_compute)."""
         try:
             cores = await self.llm.collective_rpc("venusrl_unpin_compute")
             log.info("vLLM engine %s: forward pass back on cores %s (per worker) after NIXL's pinning", self.nixl.engine_id,
@@ -252,7 +252,7 @@ class VLLMEngine:
         """vLLM fixes a request's priority when it is added: the trajectory's live requests are
         aborted and issued again at the new priority as continuations (their full KV blocks
         stay in the prefix cache, so only the last partial block is recomputed); our scheduler
-        is told first, so the trajectory's hold (vllm_tiers.py) moves tier."""
+        is told first, so the trajectory's hold (vllm/tiers.py) moves tier."""
         self._trajectories[trajectory_id] = priority
         loop = asyncio.get_running_loop()
         loop.create_task(self._control(control_id("priority", trajectory_id, priority)))  # its hold moves tier
@@ -280,7 +280,7 @@ class VLLMEngine:
         return True
 
     async def _control(self, control: str) -> None:
-        """A control id to our scheduler (vllm_tiers.py), on vLLM's abort channel straight to
+        """A control id to our scheduler (vllm/tiers.py), on vLLM's abort channel straight to
         the engine core: ordered with this client's requests, and unknown to the output
         processor, which `llm.abort` would consult."""
         await self.llm.engine_core.abort_requests_async([control])
@@ -305,7 +305,7 @@ class VLLMEngine:
                                         self._version)
 
     async def steps_since(self, index: int) -> StepLogSlice:
-        """The steps vLLM timed and shaped (its iteration details; vllm_stats.py says how they
+        """The steps vLLM timed and shaped (its iteration details; vllm/stats.py says how they
         map onto our `StepSample`)."""
         return self._stats.steps.since(index)
 
@@ -319,7 +319,7 @@ class VLLMEngine:
         return 0  # see export_prefix
 
     async def send_prefix(self, token_ids: list[int], target: EngineClient, trajectory_id: str | None = None) -> int:
-        """Over NIXL when both engines started with it (vllm_nixl.py): the whole blocks of the
+        """Over NIXL when both engines started with it (vllm/nixl.py): the whole blocks of the
         context but its last token, now in the target's prefix cache (held for the trajectory);
         otherwise 0 and the target recomputes the prefix."""
         peer = getattr(target, "nixl", None)
@@ -365,7 +365,7 @@ class VLLMEngine:
         tied = getattr(self.llm.model_config.hf_config, "tie_word_embeddings", False)
         tensors = {n: t.detach().cpu().contiguous() for n, t in state_dict.items() if not (tied and n == "lm_head.weight")}
         async with self._update_lock:
-            if self.nixl is not None:  # no move in flight across the switch (vllm_nixl.MoveGuard)
+            if self.nixl is not None:  # no move in flight across the switch (vllm/nixl.MoveGuard)
                 await self.nixl.guard.quiesce()
             try:
                 live = await self._load_paused(tensors, version)

@@ -12,11 +12,11 @@ same short prompt and no change to the turn:
    request's blocks for the target (until the target has read them, or the lease ends);
 2. pull: the target serves the same prompt with the source's `kv_transfer_params` and
    `max_tokens=1`: it reads the blocks over NIXL, computes the last token, and caches the n
-   tokens' full blocks (held for the trajectory by our scheduler class, vllm_tiers.py);
+   tokens' full blocks (held for the trajectory by our scheduler class, vllm/tiers.py);
 3. the moved turn then runs on the target as a plain request, and its prefix-cache lookup finds
    the n tokens.
 
-Which engines get the connector, and how they are started, is vllm_connector.py's.
+Which engines get the connector, and how they are started, is vllm/connector.py's.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from vllm import SamplingParams as VLLMSamplingParams
 from vllm.inputs import TokensPrompt
 from vllm.sampling_params import RequestOutputKind
 
-from venusrl.engine.vllm_connector import LEASE_S, moved_tokens
-from venusrl.engine.vllm_tiers import TRAJECTORY_ARG
+from venusrl.engine.vllm.connector import LEASE_S, moved_tokens
+from venusrl.engine.vllm.tiers import TRAJECTORY_ARG
 from venusrl.types import Priority
 
 log = logging.getLogger(__name__)

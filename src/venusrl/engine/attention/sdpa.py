@@ -1,4 +1,5 @@
-"""Attention over the paged KV pool for a packed batch of sequences.
+"""The `sdpa` attention backend: PyTorch's scaled_dot_product_attention over the paged pool,
+for a packed batch of sequences (the CPU backend).
 
 The runner packs every scheduled sequence's new tokens into one row ([1, N]); this context
 writes their K/V to their slots, then lets each sequence's queries see its own context
@@ -20,16 +21,10 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from venusrl.engine.decode_rows import DecodeRows
+from venusrl.engine.attention.decode_rows import DecodeRows
+from venusrl.engine.attention.sequences import SequenceSlots
 from venusrl.engine.kv_pool import KVPool
 from venusrl.model.attention import sdpa
-
-
-@dataclass(slots=True)
-class SequenceSlots:
-    key: str  # the request: a decoding request keeps its KV row across steps under it
-    num_new: int  # new tokens of this sequence in the packed row, in order
-    context_slots: list[int]  # slots of every token it attends to; the new ones last
 
 
 @dataclass(slots=True)
@@ -40,7 +35,7 @@ class _PrefillRun:
     context_slots: torch.Tensor | None  # a single sequence with a cached context; None: no context
 
 
-class PagedAttention:
+class SdpaAttention:
     """An `AttentionContext` (see venusrl.model.attention) for one forward pass."""
 
     def __init__(self, pool: KVPool, rows: DecodeRows, sequences: list[SequenceSlots]):
@@ -119,18 +114,13 @@ class PagedAttention:
         return out if plan.batch_to_row is None else out.index_select(0, plan.batch_to_row)
 
 
-class PagedAttentionBackend:
+class SdpaBackend:
     """The CPU attention backend: owns the decode rows, which live across steps."""
 
     def __init__(self, pool: KVPool):
         self.pool = pool
         self.rows = DecodeRows(pool)
 
-    def context(self, sequences: list[SequenceSlots]) -> PagedAttention:
-        return PagedAttention(self.pool, self.rows, sequences)
+    def context(self, sequences: list[SequenceSlots]) -> SdpaAttention:
+        return SdpaAttention(self.pool, self.rows, sequences)
 
-
-# Attention backends by name (`engine.attention_backend`). A GPU backend (flash-attn,
-# flashinfer) is a class constructed from the pool whose `context(sequences)` returns an
-# `AttentionContext` for one forward pass, registered here.
-ATTENTION_BACKENDS: dict[str, type[PagedAttentionBackend]] = {"sdpa": PagedAttentionBackend}

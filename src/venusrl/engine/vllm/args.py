@@ -13,14 +13,14 @@ from vllm.platforms import current_platform
 from vllm.sampling_params import RequestOutputKind
 
 from venusrl.engine.config import EngineConfig
-from venusrl.engine.vllm_tiers import CONFIG_KEY, TRAJECTORY_ARG
+from venusrl.engine.vllm.tiers import CONFIG_KEY, TRAJECTORY_ARG
 from venusrl.model.sampling import GREEDY_BELOW
 from venusrl.types import SamplingParams
 
 log = logging.getLogger(__name__)
 
-_SCHEDULER = "venusrl.engine.vllm_tiers.TrajectoryScheduler"
-_WORKER_EXTENSION = "venusrl.engine.vllm_worker.VenusWorkerExtension"
+_SCHEDULER = "venusrl.engine.vllm.tiers.TrajectoryScheduler"
+_WORKER_EXTENSION = "venusrl.engine.vllm.worker.VenusWorkerExtension"
 _CPU_BLOCK_MULTIPLE = 32  # vLLM 0.32's CPU attention refuses other block sizes
 
 
@@ -28,7 +28,7 @@ def engine_args(model_dir: str | Path, config: EngineConfig, *, dtype: str = "fl
                 max_model_len: int | None = None) -> AsyncEngineArgs:
     """vLLM's arguments for our engine config: the same KV capacity (in tokens, converted to
     bytes for the model's KV layout), batch bound, prefill budget and page size; the cache
-    policy and demotion go to our scheduler class (vllm_tiers.py) through `additional_config`."""
+    policy and demotion go to our scheduler class (vllm/tiers.py) through `additional_config`."""
     if config.kv_after_weight_update != "recompute":
         raise ValueError(
             "engine.kv_after_weight_update: only recompute works with engine.backend: vllm. With keep (vLLM "
@@ -60,14 +60,14 @@ def engine_args(model_dir: str | Path, config: EngineConfig, *, dtype: str = "fl
                                         "demotion_order": config.demotion_order,
                                         "work_conservation": config.work_conservation}},
         worker_extension_cls=_WORKER_EXTENSION, logprobs_mode="processed_logprobs",
-        disable_log_stats=True,  # vLLM's own loggers off; ours (vllm_stats.py) get every step's stats,
+        disable_log_stats=True,  # vLLM's own loggers off; ours (vllm/stats.py) get every step's stats,
         enable_logging_iteration_details=True,  # with its timed iteration (our step log)
     )
 
 
 def vllm_params(sampling: SamplingParams, produced: int, trajectory_id: str | None = None) -> VLLMSamplingParams:
     """vLLM's sampling parameters for the rest of a request that has produced `produced`
-    tokens, naming its trajectory to our scheduler (vllm_tiers.py) in `extra_args`. Explicit stop token ids replace the model's end-of-turn ones, as in our engine.
+    tokens, naming its trajectory to our scheduler (vllm/tiers.py) in `extra_args`. Explicit stop token ids replace the model's end-of-turn ones, as in our engine.
     A seeded request's continuation is seeded at its position (so a re-issue is reproducible,
     though not the same random stream as an uninterrupted run; greedy runs are the same)."""
     greedy = sampling.temperature < GREEDY_BELOW

@@ -1,7 +1,7 @@
 """Which KV connector vLLM engines start with (`engine.vllm_kv_connector`), and what each NIXL
 engine is spawned with: its engine id, side-channel address and vLLM's `kv_transfer_config`.
 Imports no vLLM (the choice is checked where vLLM is not installed too); the moves themselves
-are vllm_nixl.py's.
+are vllm/nixl.py's.
 
 Each engine gets NixlConnector (`kv_both`, CPU buffer, its own engine id and side-channel port,
 set in the environment its engine core and worker are spawned with). The side channel and UCX

@@ -13,7 +13,7 @@ blocks in use after the step (vLLM's `kv_cache_usage` x capacity, whole blocks, 
 included), as vLLM reports no context lengths per step. `ended_s`: when this process got the
 step's stats (the step ended just before, in another process; one host-wide monotonic clock).
 
-Our scheduler class's own figures (vllm_tiers.py: the demoted trajectories, recomputed tokens,
+Our scheduler class's own figures (vllm/tiers.py: the demoted trajectories, recomputed tokens,
 demotions, holds per tier and holds evicted) ride on the same per-step stats
 (`TrajectoryScheduler.report`); the latest is kept.
 """
@@ -30,7 +30,7 @@ from vllm.v1.metrics.stats import IterationStats, SchedulerStats
 
 from venusrl.engine.stats import EngineStats
 from venusrl.engine.step_log import StepLog, StepSample
-from venusrl.engine.vllm_tiers import STATS_KEY
+from venusrl.engine.vllm.tiers import STATS_KEY
 
 
 def usable_kv_tokens(cache: CacheConfig) -> int:
@@ -46,7 +46,7 @@ class _Totals:
     running: int = 0
     waiting: int = 0
     kv_usage: float = 0.0  # fraction of KV blocks in use (held blocks included)
-    tiers: dict[str, Any] = field(default_factory=dict)  # the scheduler's latest report (vllm_tiers.py)
+    tiers: dict[str, Any] = field(default_factory=dict)  # the scheduler's latest report (vllm/tiers.py)
 
 
 class StatsCollector:
