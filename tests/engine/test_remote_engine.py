@@ -14,10 +14,10 @@ from venusrl.engine.async_engine import AsyncEngine, EngineStopped
 from venusrl.engine.client import EngineClient, EngineLoad
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
-from venusrl.engine.process import EngineSpec
-from venusrl.engine.remote import RemoteEngine, spawn_engines
+from venusrl.engine.remote.process import EngineSpec
+from venusrl.engine.remote.remote import RemoteEngine, spawn_engines
+from venusrl.engine.remote.wire import encode_bytes, read_frame
 from venusrl.engine.stats import EngineStats
-from venusrl.engine.wire import encode_bytes, read_frame
 from venusrl.model.checkpoint import load_model
 from venusrl.types import Priority, SamplingParams
 
@@ -233,7 +233,7 @@ def test_a_bad_spec_or_model_is_a_clear_error_before_the_handshake(tmp_path):
     import subprocess
     import sys
 
-    bad = subprocess.run([sys.executable, "-m", "venusrl.engine.process", "--spec", '{"engine": {"page_size": 0}}'],
+    bad = subprocess.run([sys.executable, "-m", "venusrl.engine.remote.process", "--spec", '{"engine": {"page_size": 0}}'],
                          capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and "model_dir" in bad.stderr and "page_size" in bad.stderr
     with pytest.raises(RuntimeError, match=r"engine 0 \(pid \d+\) exited with code 1 before it was ready"):

@@ -16,7 +16,7 @@ from venusrl.runtime.local import train
 
 
 def test_a_run_with_engines_in_their_own_processes_trains_like_in_process(tiny_model_dir, tmp_path, caplog):
-    caplog.set_level(logging.INFO, logger="venusrl.engine.remote")
+    caplog.set_level(logging.INFO, logger="venusrl.engine.remote.remote")
     config = run_config(tiny_model_dir, trainer={"steps": 2}, engine={"placement": "process"},
                         scheduler={"engines": 2})
 

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from venusrl.engine.wire import DTYPES, WireError, encode_bytes, read_frame, sampling_of
+from venusrl.engine.remote.wire import DTYPES, WireError, encode_bytes, read_frame, sampling_of
 
 json_values = st.recursive(st.none() | st.booleans() | st.integers(-2**53, 2**53) | st.text(max_size=8),
                            lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,

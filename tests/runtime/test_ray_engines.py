@@ -17,8 +17,8 @@ from venusrl.config import ConfigError, validate_config  # noqa: E402
 from venusrl.engine.async_engine import AsyncEngine  # noqa: E402
 from venusrl.engine.config import EngineConfig  # noqa: E402
 from venusrl.engine.engine import Engine  # noqa: E402
-from venusrl.engine.process import EngineSpec  # noqa: E402
-from venusrl.engine.remote import RemoteEngine  # noqa: E402
+from venusrl.engine.remote.process import EngineSpec  # noqa: E402
+from venusrl.engine.remote.remote import RemoteEngine  # noqa: E402
 from venusrl.model.checkpoint import load_model  # noqa: E402
 from venusrl.runtime.ray_runtime import (  # noqa: E402
     engine_actor_gpus,

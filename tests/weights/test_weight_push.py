@@ -14,8 +14,8 @@ import torch
 from venusrl.engine.async_engine import AsyncEngine
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
-from venusrl.engine.process import EngineSpec
-from venusrl.engine.remote import spawn_engines
+from venusrl.engine.remote.process import EngineSpec
+from venusrl.engine.remote.remote import spawn_engines
 from venusrl.model.checkpoint import load_model
 from venusrl.types import Priority, SamplingParams
 from venusrl.weights.broadcast import WeightGroup

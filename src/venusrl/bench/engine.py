@@ -22,8 +22,8 @@ from venusrl.engine.async_engine import AsyncEngine
 from venusrl.engine.client import EngineClient
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
-from venusrl.engine.process import EngineSpec
-from venusrl.engine.remote import spawn_engines
+from venusrl.engine.remote.process import EngineSpec
+from venusrl.engine.remote.remote import spawn_engines
 from venusrl.model.checkpoint import load_model
 from venusrl.model.tiny import make_tiny_model
 from venusrl.types import Priority, SamplingParams

@@ -66,8 +66,8 @@ from venusrl.engine.async_engine import AsyncEngine
 from venusrl.engine.client import EngineClient
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
-from venusrl.engine.process import EngineSpec
-from venusrl.engine.remote import spawn_engines
+from venusrl.engine.remote.process import EngineSpec
+from venusrl.engine.remote.remote import spawn_engines
 from venusrl.engine.step_log import WAITS, StepSample
 from venusrl.engine.vllm.connector import scoped_environ
 from venusrl.model.chat import load_tokenizer

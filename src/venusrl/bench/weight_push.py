@@ -41,8 +41,8 @@ import torch
 from venusrl.engine.async_engine import AsyncEngine
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
-from venusrl.engine.process import EngineSpec
-from venusrl.engine.remote import RemoteEngine, spawn_engines
+from venusrl.engine.remote.process import EngineSpec
+from venusrl.engine.remote.remote import RemoteEngine, spawn_engines
 from venusrl.model.args import ModelArgs
 from venusrl.model.causal_lm import CausalLM
 from venusrl.model.checkpoint import load_model, resolve_dtype, save_weights

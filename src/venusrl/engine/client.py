@@ -8,7 +8,7 @@ notification (it returns nothing and is not awaited): it is ordered before every
 on the same client, which is what a caller re-prioritising and then generating relies on.
 
 Implementations: `AsyncEngine` (engine/async_engine.py, this process) and `RemoteEngine`
-(engine/remote.py, the engine in its own OS process or Ray actor, over engine/wire.py).
+(engine/remote/remote.py, the engine in its own OS process or Ray actor, over engine/remote/wire.py).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ class EngineConfig(Section):
         "a core from it: results/vllm/nixl-migration), else none")
     placement: EnginePlacement = Field(
         "in_process", description="where each rollout engine runs: in_process: a thread of the rollout process; "
-        "process: its own OS process, reached over a socket (engine/process.py), and with run.runtime: ray its "
+        "process: its own OS process, reached over a socket (engine/remote/process.py), and with run.runtime: ray its "
         "own Ray actor (one GPU each where there are GPUs, spread over the nodes); prefix KV then moves engine "
         "to engine over the KV transport")
     page_size: int = Field(16, ge=1, description="tokens per KV page")

@@ -1,5 +1,5 @@
 """Opening a run's rollout engines where `engine.placement` says: in this process
-(`AsyncEngine`) or each in its own process (`RemoteEngine` to `engine/process.py`: spawned
+(`AsyncEngine`) or each in its own process (`RemoteEngine` to `engine/remote/process.py`: spawned
 here, or already running, e.g. as Ray actors, and named by their handshakes); with
 `engine.backend: vllm`, vLLM engines (`VLLMEngine`, in the vLLM venv)."""
 
@@ -13,8 +13,8 @@ from venusrl.engine.async_engine import AsyncEngine
 from venusrl.engine.client import EngineClient
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
-from venusrl.engine.process import EngineSpec
-from venusrl.engine.remote import RemoteEngine, spawn_engines
+from venusrl.engine.remote.process import EngineSpec
+from venusrl.engine.remote.remote import RemoteEngine, spawn_engines
 from venusrl.weights.broadcast import WeightGroup
 
 log = logging.getLogger(__name__)

@@ -81,7 +81,7 @@ def _decode(stream) -> KVDelivery:
 class KVReceiver:
     """Accepts KV sent by `TcpTransport` and hands each delivery to `on_kv` (which imports it
     into the local engine); replies with the tokens it took. `on_kv` runs on the receiver's
-    thread: with a running `AsyncEngine`, hand the import to its loop (`engine/process.py`).
+    thread: with a running `AsyncEngine`, hand the import to its loop (`engine/remote/process.py`).
     A subclass that carries the KV bytes another way overrides `receive`."""
 
     def __init__(self, on_kv: OnKV, host: str = "127.0.0.1", port: int = 0):

@@ -17,7 +17,7 @@ import torch
 
 from venusrl.config import Config
 from venusrl.coordinator.snapshot import CoordinatorSnapshot
-from venusrl.engine.process import EngineServer, EngineSpec, build_engine
+from venusrl.engine.remote.process import EngineServer, EngineSpec, build_engine
 from venusrl.env.registry import environment_factory
 from venusrl.runtime.data import prompt_stream
 from venusrl.runtime.ray_sandbox import RayCluster
@@ -88,7 +88,7 @@ class TrainerActor(TrainerService):
 
 class EngineActor:
     """One rollout engine in its own actor: the engine thread and its wire server
-    (`engine/process.py`), reached by the rollout actor's `RemoteEngine` over a socket at this
+    (`engine/remote/process.py`), reached by the rollout actor's `RemoteEngine` over a socket at this
     node's address, and by other engines' prefix KV over the KV transport."""
 
     def __init__(self) -> None:

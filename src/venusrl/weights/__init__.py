@@ -6,7 +6,7 @@
          shared_memory  engine process, same host, CPU: one segment, handle over the socket
          cuda_ipc       engine process, same host, GPU: one device buffer, IPC handle
          broadcast      engine process, other host: torch.distributed group, rank 0 the source
-         socket         the bytes over the engine's socket (engine/wire.py)
+         socket         the bytes over the engine's socket (engine/remote/wire.py)
       -> Engine.update_weights: all tensors checked, then copied, then the version set
 
 layout.py lays a push out in one flat buffer for the three handle transports."""

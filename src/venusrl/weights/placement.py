@@ -15,7 +15,7 @@ class EngineLocation:
     in_process: bool  # a thread of the pushing process (`AsyncEngine`)
     same_host: bool  # its own process on the pushing process's host
     in_group: bool  # joined the weight group (it can take a broadcast)
-    wire: bool = True  # speaks engine/wire.py (an engine process); False: an engine of another backend
+    wire: bool = True  # speaks engine/remote/wire.py (an engine process); False: an engine of another backend
 
 
 def choose_transport(configured: str, location: EngineLocation, weights_on_gpu: bool) -> WeightTransport:

@@ -34,7 +34,7 @@ import torch
 
 from venusrl.engine.async_engine import AsyncEngine
 from venusrl.engine.client import EngineClient
-from venusrl.engine.remote import RemoteEngine
+from venusrl.engine.remote.remote import RemoteEngine
 from venusrl.weights.broadcast import WeightGroup
 from venusrl.weights.config import WeightSyncConfig, WeightTransport
 from venusrl.weights.cuda_ipc import CudaIpcWriter

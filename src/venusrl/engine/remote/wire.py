@@ -1,5 +1,5 @@
 """The wire protocol between an `EngineClient` and an engine in another process
-(`engine/process.py` serves it, `engine/remote.py` speaks it).
+(`engine/remote/process.py` serves it, `engine/remote/remote.py` speaks it).
 
 A frame is a fixed prefix, a JSON header and a binary payload:
 

@@ -1,7 +1,7 @@
 """An engine in its own OS process (or Ray actor), serving the `EngineClient` calls over
-`engine/wire.py` to `RemoteEngine` clients.
+`engine/remote/wire.py` to `RemoteEngine` clients.
 
-    python -m venusrl.engine.process --spec '{"model_dir": "DIR", "engine": {...}}' [--port 0]
+    python -m venusrl.engine.remote.process --spec '{"model_dir": "DIR", "engine": {...}}' [--port 0]
 
 loads the model, starts the engine thread (`AsyncEngine`), the wire server and a KV receiver
 (other engines' `send_prefix` lands there), then prints one JSON line, the handshake: its
@@ -40,7 +40,7 @@ from venusrl.engine.async_engine import AsyncEngine, EngineStopped, RequestFaile
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
 from venusrl.engine.kv_pool import HostKV
-from venusrl.engine.wire import (
+from venusrl.engine.remote.wire import (
     Frame,
     WireError,
     address_of,
@@ -419,7 +419,7 @@ async def _main(spec: EngineSpec, port: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     from venusrl.logs import setup_logging
 
-    parser = argparse.ArgumentParser(prog="python -m venusrl.engine.process", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m venusrl.engine.remote.process", description=__doc__.split("\n\n")[0])
     parser.add_argument("--spec", required=True, help="EngineSpec as JSON")
     parser.add_argument("--port", type=int, default=0, help="wire port (0: any free one; the handshake says which)")
     parser.add_argument("--log-level", default="INFO")

@@ -1,5 +1,5 @@
-"""`RemoteEngine`: the `EngineClient` of an engine in another process (`engine/process.py`),
-over one connection per event loop speaking `engine/wire.py`.
+"""`RemoteEngine`: the `EngineClient` of an engine in another process (`engine/remote/process.py`),
+over one connection per event loop speaking `engine/remote/wire.py`.
 
 Every call is written to the socket when it is made (a call made before the connection is up
 is buffered, in order), so calls take effect in the order they are made, and `set_priority`,
@@ -40,9 +40,7 @@ from venusrl.engine.client import (
 )
 from venusrl.engine.engine import RequestOutput
 from venusrl.engine.kv_pool import HostKV
-from venusrl.engine.stats import EngineStats
-from venusrl.engine.step_log import StepLogSlice
-from venusrl.engine.wire import (
+from venusrl.engine.remote.wire import (
     WireError,
     address_of,
     encode,
@@ -54,6 +52,8 @@ from venusrl.engine.wire import (
     stats_of,
     steps_of,
 )
+from venusrl.engine.stats import EngineStats
+from venusrl.engine.step_log import StepLogSlice
 from venusrl.types import Priority, SamplingParams
 from venusrl.weights.layout import WeightLayout
 
@@ -344,7 +344,7 @@ class RemoteEngine:
 def spawn_engines(specs: Sequence[Any], timeout_s: float = HANDSHAKE_TIMEOUT_S) -> list[RemoteEngine]:
     """Start one engine process per `process.EngineSpec` (all at once: they load in parallel)
     and return their clients, each once its handshake line has arrived."""
-    processes = [subprocess.Popen([sys.executable, "-m", "venusrl.engine.process", "--spec", spec.model_dump_json()],
+    processes = [subprocess.Popen([sys.executable, "-m", "venusrl.engine.remote.process", "--spec", spec.model_dump_json()],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE) for spec in specs]
     clients: list[RemoteEngine] = []
     try:
