@@ -26,20 +26,11 @@ from venusrl.engine.engine import Engine
 from venusrl.engine.kv_pool import KVPool
 from venusrl.model.args import ModelArgs
 from venusrl.model.causal_lm import CausalLM
+from venusrl.model.shapes import QWEN3_SHAPES as SHAPES
 from venusrl.types import SamplingParams
 
 log = logging.getLogger(__name__)
 
-# The official configs' shapes (config.json of Qwen/Qwen3-0.6B, -4B, -8B); `tiny` for smoke tests.
-SHAPES: dict[str, dict] = {
-    "qwen3-0.6b": dict(layers=28, hidden=1024, heads=16, kv_heads=8, head_dim=128, intermediate=3072, tie=True,
-                       vocab=151936),
-    "qwen3-4b": dict(layers=36, hidden=2560, heads=32, kv_heads=8, head_dim=128, intermediate=9728, tie=True,
-                     vocab=151936),
-    "qwen3-8b": dict(layers=36, hidden=4096, heads=32, kv_heads=8, head_dim=128, intermediate=12288, tie=False,
-                     vocab=151936),
-    "tiny": dict(layers=2, hidden=128, heads=4, kv_heads=2, head_dim=32, intermediate=256, tie=True, vocab=1024),
-}
 # (batch, prompt tokens, new tokens): the issue's cases on a GPU, small ones for the CPU smoke test
 GPU_CASES = ((1, 256, 128), (64, 512, 256), (256, 512, 128))
 CPU_CASES = ((1, 32, 16), (8, 64, 32))

@@ -33,21 +33,13 @@ from rich.progress import Progress
 from venusrl.bench.report import emit
 from venusrl.bench.tensor_memory import TensorMemory
 from venusrl.model.checkpoint import resolve_dtype
+from venusrl.model.shapes import QWEN3_SHAPES as SHAPES
 from venusrl.trainer.chunked_logprobs import chunked_logprobs_and_entropy
 from venusrl.trainer.config import TrainerConfig
 from venusrl.trainer.losses import token_logprobs_and_entropy
 from venusrl.trainer.streaming import StreamingTrainer
 from venusrl.types import Group, Prompt, Trajectory, TrajectoryStatus
 
-QWEN3_VOCAB = 151_936
-# The official Qwen3 configs' shapes (as ../shared/gpu/gpu_check.py builds them); tiny: a CPU smoke test.
-SHAPES: dict[str, dict[str, int]] = {
-    "qwen3-0.6b": dict(layers=28, hidden=1024, heads=16, kv_heads=8, head_dim=128, intermediate=3072,
-                       vocab=QWEN3_VOCAB),
-    "qwen3-4b": dict(layers=36, hidden=2560, heads=32, kv_heads=8, head_dim=128, intermediate=9728,
-                     vocab=QWEN3_VOCAB),
-    "tiny": dict(layers=2, hidden=128, heads=4, kv_heads=2, head_dim=32, intermediate=256, vocab=4096),
-}
 # Dense bf16 peak FLOP/s by a substring of torch.cuda.get_device_name (vendor data sheets).
 BF16_PEAK_FLOPS = {"H200": 989e12, "H100": 989e12, "H800": 989e12, "A100": 312e12, "A800": 312e12,
                    "L40S": 362e12, "B200": 2250e12}
@@ -246,7 +238,7 @@ def build_model(shape: dict[str, int], device: torch.device) -> torch.nn.Module:
         vocab_size=shape["vocab"], hidden_size=shape["hidden"], intermediate_size=shape["intermediate"],
         num_hidden_layers=shape["layers"], num_attention_heads=shape["heads"], num_key_value_heads=shape["kv_heads"],
         head_dim=shape["head_dim"], max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1_000_000.0,
-        tie_word_embeddings=True, attention_bias=False, use_sliding_window=False,
+        tie_word_embeddings=shape["tie"], attention_bias=False, use_sliding_window=False,
         eos_token_id=shape["vocab"] - 1, pad_token_id=shape["vocab"] - 2, bos_token_id=None, initializer_range=0.02)
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)

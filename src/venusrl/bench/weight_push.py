@@ -46,20 +46,14 @@ from venusrl.engine.remote.remote import RemoteEngine, spawn_engines
 from venusrl.model.args import ModelArgs
 from venusrl.model.causal_lm import CausalLM
 from venusrl.model.checkpoint import load_model, resolve_dtype, save_weights
+from venusrl.model.shapes import QWEN3_SHAPES as SHAPES
+from venusrl.model.shapes import hf_config_fields
 from venusrl.model.tiny import make_tiny_model
 from venusrl.weights.broadcast import WeightGroup
 from venusrl.weights.config import WeightSyncConfig
 from venusrl.weights.digest import expected_digest
 from venusrl.weights.pusher import WeightPusher
 
-SHAPES = {  # the official Qwen3 configs' shapes
-    "qwen3-0.6b": dict(num_hidden_layers=28, hidden_size=1024, num_attention_heads=16, num_key_value_heads=8,
-                       head_dim=128, intermediate_size=3072, vocab_size=151936),
-    "qwen3-4b": dict(num_hidden_layers=36, hidden_size=2560, num_attention_heads=32, num_key_value_heads=8,
-                     head_dim=128, intermediate_size=9728, vocab_size=151936),
-    "tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
-                 intermediate_size=256, vocab_size=1024),
-}
 # today's path each new transport is compared with
 BASELINES = {"device_copy": "host_copy", "shared_memory": "socket", "cuda_ipc": "socket", "broadcast": "socket"}
 IN_PROCESS = ("device_copy", "host_copy")
@@ -77,8 +71,7 @@ def write_model_dir(path: Path, shape: str, dtype: torch.dtype, device: str) -> 
     the shape's, the tokens an engine can be asked for are not the point here)."""
     make_tiny_model(path, layers=1, hidden=64, heads=4, kv_heads=2)  # tokenizer, generation config, template
     config = json.loads((path / "config.json").read_text())
-    config.update(SHAPES[shape], max_window_layers=SHAPES[shape]["num_hidden_layers"],
-                  torch_dtype=str(dtype).removeprefix("torch."))
+    config.update(hf_config_fields(SHAPES[shape]), torch_dtype=str(dtype).removeprefix("torch."))
     (path / "config.json").write_text(json.dumps(config, indent=2))
     save_weights(random_model(ModelArgs.from_hf(config), dtype, device, seed=0), path)
     return path
