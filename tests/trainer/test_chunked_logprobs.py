@@ -81,3 +81,17 @@ def test_bad_shapes_are_named(hidden, weight, labels, chunk, match):
     with pytest.raises(ValueError, match=match):
         chunked_logprobs_and_entropy(torch.zeros(hidden), torch.zeros(weight), torch.zeros(labels, dtype=torch.long),
                                      chunk)
+
+
+def test_autocast_does_not_round_the_softmax_math():
+    """The trainer calls it under autocast, which would run the entropy's reduction on
+    bf16-rounded probabilities: the values must be those computed without it."""
+    generator = torch.Generator().manual_seed(1)
+    hidden, weight = torch.randn(32, 64, generator=generator), torch.randn(5000, 64, generator=generator) * 0.01
+    labels = torch.randint(0, 5000, (32,), generator=generator)
+    plain = chunked_logprobs_and_entropy(hidden, weight, labels, 8, 1.0, torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        under = chunked_logprobs_and_entropy(hidden, weight, labels, 8, 1.0, torch.bfloat16)
+    assert float(plain[1].mean()) > 8  # near-uniform over 5,000 entries: where bf16 rounding shows
+    for got, expected in zip(under, plain, strict=True):
+        assert got.dtype == torch.float32 and torch.equal(got, expected)
