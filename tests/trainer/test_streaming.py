@@ -17,6 +17,7 @@ from venusrl.trainer.losses import (
     token_logprobs_and_entropy,
 )
 from venusrl.trainer.rows import packs_rows
+from venusrl.trainer.shared_prefix import common_prefix_length
 from venusrl.trainer.streaming import StreamingTrainer
 from venusrl.types import Group, Prompt, SamplingParams, Trajectory, TrajectoryStatus
 
@@ -223,3 +224,21 @@ def test_the_trainer_lays_a_micro_batch_out_as_the_setting_says(tiny_model_dir, 
     group = _group(model, 0, [1.0, 0.0], seed=7)
     rows = trainer._layout(group.trajectories, torch.tensor([1.0, -1.0]), prefix=0)
     assert rows.ids.shape[0] == (1 if setting == "on" else 2) and (rows.position_ids is not None) == (setting == "on")
+
+
+def test_packed_micro_batches_hold_at_most_micro_batch_tokens_when_rows_share_a_prompt(tiny_model_dir):
+    """`_plan` sizes a packed micro-batch by its real tokens; laying it out padded for a shared
+    prompt would make it rows x longest."""
+    model = _model(tiny_model_dir)
+    group = _group(model, 0, [1.0, 0.0, 0.0, 1.0], seed=8)
+    assert common_prefix_length([t.token_ids for t in group.trajectories]) >= 1
+    shortest, second = sorted(len(t.token_ids) for t in group.trajectories)[:2]
+    assert shortest < second
+    budget = shortest + second  # the two shortest fit packed, not padded to the longer one
+    trainer = StreamingTrainer(model, TrainerConfig(pack_rows="on", shared_prefix_min_tokens=1, micro_batch_tokens=budget))
+    laid_out = []
+    layout = trainer._layout
+    trainer._layout = lambda rows, advantages, prefix: laid_out.append(out := layout(rows, advantages, prefix)) or out
+    trainer.accumulate(group)
+    assert laid_out and all(r.ids.numel() <= budget or r.ids.shape == (1, r.ids.shape[1]) for r in laid_out)
+    assert any(r.position_ids is not None for r in laid_out)  # packed, not padded

@@ -189,15 +189,16 @@ class StreamingTrainer:
 
     def _shared_prefix(self, trajectories: list[Trajectory]) -> int:
         """Leading tokens a micro-batch's forward computes once; 0 means one plain forward call
-        (a single row, too short a common prefix, or layers recomputed in backward, which cannot
-        extend a KV cache), any other value two calls."""
-        if self.config.activation_checkpointing or len(trajectories) < 2:
+        (a single row, too short a common prefix, layers recomputed in backward, which cannot
+        extend a KV cache, or packed rows: `_plan` sized the micro-batch by its real tokens, and a
+        shared prefix lays it out padded), any other value two calls."""
+        if self.config.activation_checkpointing or self._pack or len(trajectories) < 2:
             return 0
         prefix = common_prefix_length([t.token_ids for t in trajectories])
         return prefix if prefix >= self.config.shared_prefix_min_tokens else 0
 
     def _layout(self, trajectories: list[Trajectory], advantages: torch.Tensor, prefix: int) -> Rows:
-        if prefix == 0 and self._pack and len(trajectories) > 1:
+        if self._pack and len(trajectories) > 1:
             return packed_rows(trajectories, advantages).to(self._device)
         return padded_rows(trajectories, advantages, prefix).to(self._device)
 
