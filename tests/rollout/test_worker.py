@@ -9,6 +9,7 @@ from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.engine.async_engine import AsyncEngine
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
+from venusrl.env.base import StepResult
 from venusrl.env.calculator import CalculatorEnv, generate_dataset
 from venusrl.rollout.config import RolloutConfig
 from venusrl.rollout.worker import RolloutWorker
@@ -158,6 +159,16 @@ def test_a_high_holder_the_engine_demoted_and_a_high_turn_behind_it_both_finish(
     assert a.output_ids == generate(engine.runner.model, a_prompt, long).token_ids
 
 
+class AskingAgainCalculator(CalculatorEnv):
+    """A turn without a tool call gets a user's reply instead of ending the episode (a user
+    simulator), so a random model's trajectories reach a second turn whatever they sample."""
+
+    continues_without_tool_call = True
+
+    async def respond(self) -> StepResult:
+        return StepResult(observations=[{"role": "user", "content": "Use the calculator, please."}])
+
+
 def test_predictions_reach_the_coordinator_and_finished_trajectories_train_the_predictor(tiny_model_dir):
     from venusrl.coordinator.config import PredictorConfig
     from venusrl.coordinator.predictors import BackgroundPredictor, PredictionQuery, make_predictor
@@ -172,7 +183,7 @@ def test_predictions_reach_the_coordinator_and_finished_trajectories_train_the_p
     async def main():
         async_engine = AsyncEngine(engine)
         try:
-            worker = RolloutWorker(coordinator, async_engine, engine.tokenizer, CalculatorEnv,
+            worker = RolloutWorker(coordinator, async_engine, engine.tokenizer, AskingAgainCalculator,
                                    RolloutConfig(max_turns=2, max_new_tokens_per_turn=24), slots=2, predictor=predictor)
             await worker.run(groups=2)
             return worker
