@@ -171,8 +171,10 @@ class _Replay:
 
     def __init__(self, forward, outputs: dict, size: int):
         self.forward, self.outputs, self.size = forward, outputs, size
+        self.replays = 0
 
     def replay(self) -> None:
+        self.replays += 1
         self.outputs[self.size] = self.forward()
 
 
@@ -205,6 +207,9 @@ def test_the_graph_path_generates_what_sdpa_generates(tiny_model_dir):
     for ours, theirs in zip(outputs["triton"], outputs["sdpa"], strict=True):
         assert ours.output_ids == theirs.output_ids
         assert ours.logprobs == pytest.approx(theirs.logprobs, abs=1e-4)
+    # the decode steps went through the graphs: three rows in the bucket of 4, then two, then one
+    replays = {size: graph.replays for size, graph in runner.graphs.graphs.items()}
+    assert replays[4] > 0 and replays[2] > 0 and replays[1] > 0 and replays[6] == 0, replays
 
 
 @pytest.mark.parametrize("splits", [1, 3, 8])

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -48,6 +49,10 @@ class DecodeGraphs:
         self.q_rows = torch.arange(self.max_batch, device=device)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.logits: dict[int, torch.Tensor] = {}
+        # each bucket's forward, kept for the graphs' lifetime: its attention context owns
+        # tensors made in the warm-up before capture (the decode kernel's split scratch) that
+        # every replay writes; dropped, the allocator would hand their memory to others
+        self.forwards: dict[int, Callable[[], torch.Tensor]] = {}
         self.report = self._capture()
         log.info("captured %d CUDA graphs of the decode step (batch sizes %s) in %.2f s, %.0f MiB",
                  len(self.buckets), ",".join(map(str, self.buckets)), self.report.seconds,
@@ -73,7 +78,7 @@ class DecodeGraphs:
         side = torch.cuda.Stream()
         # largest first: the smaller graphs reuse the largest one's memory (one shared pool)
         for size in sorted(self.buckets, reverse=True):
-            forward = self._forward(size)
+            forward = self.forwards[size] = self._forward(size)
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):  # compiles the kernels and sizes the workspaces, off the capture
                 forward()
