@@ -230,3 +230,21 @@ def test_decode_is_the_same_for_any_number_of_splits(splits):
                          *scratch, 0.25)
         outs.append(out)
     torch.testing.assert_close(outs[1], outs[0], atol=2e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "triton"])
+def test_a_context_stops_at_the_models_positions_and_a_prompt_past_them_is_refused(tmp_path, backend):
+    """The triton slot table is as wide as the longest context: a request that would outgrow it
+    ends at it ("length") on every backend, and one that starts past it is a clear error, not
+    an engine crash (and its restarts) at the step that reaches it."""
+    from venusrl.model.tiny import make_tiny_model
+
+    model_dir = make_tiny_model(tmp_path / "short", max_position_embeddings=32)
+    engine = Engine.from_pretrained(model_dir, EngineConfig(kv_capacity_tokens=256, page_size=4,
+                                                            attention_backend=backend))
+    greedy = SamplingParams(max_new_tokens=8, temperature=0, stop_token_ids=(-1,))
+    (out,) = engine.generate([list(range(3, 31))], greedy)  # 28 + 8 > 32
+    assert out.finish_reason == "length" and len(out.output_ids) == 4
+    with pytest.raises(ValueError, match="32 tokens leaves no room"):
+        engine.add_request(list(range(3, 35)), greedy)
+    assert engine.generate([[5, 6, 7]], greedy)[0].output_ids  # the engine serves on

@@ -115,6 +115,16 @@ class Engine:
         bad = next((t for t in prompt_ids if not 0 <= t < vocab), None)
         if bad is not None:
             raise ValueError(f"prompt token id {bad} is outside the vocabulary [0, {vocab})")
+        # a context past the pool's longest (the model's positions, or all the slots) cannot be
+        # attended: generation stops there ("length"); a prompt past the model's positions is
+        # refused here, one past the slots by the scheduler
+        positions = self.runner.model.args.max_position_embeddings
+        if positions <= len(prompt_ids) <= self.runner.pool.num_slots:
+            raise ValueError(f"prompt of {len(prompt_ids)} tokens leaves no room to generate: the model's "
+                             f"max_position_embeddings is {positions}")
+        room = self.runner.pool.max_context - len(prompt_ids)
+        if 0 < room < sampling.max_new_tokens:
+            sampling = replace(sampling, max_new_tokens=room)
         if not sampling.stop_token_ids and self.eos_token_ids:
             sampling = replace(sampling, stop_token_ids=self.eos_token_ids)
         if sampling.stop and self.tokenizer is None:
