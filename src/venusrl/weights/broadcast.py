@@ -99,7 +99,12 @@ class WeightGroup:
         self._broadcast(buffer)
 
     def receive(self, nbytes: int, device: torch.device) -> torch.Tensor:
-        """Ranks 1..N: the next broadcast buffer (`nbytes`, on `device`, reused across pushes)."""
+        """Ranks 1..N: the next broadcast buffer (`nbytes`, reused across pushes): on `device`
+        over NCCL; on the host over gloo, whose source may be a host copy (a Ray run pushes
+        from the object store's) and which moves host memory anyway: the engine copies the
+        views into its parameters, on its device."""
+        if self.spec.backend == "gloo":
+            device = torch.device("cpu")
         if self._buffer is None or self._buffer.numel() != nbytes or self._buffer.device != device:
             self._buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
         self._broadcast(self._buffer)
