@@ -10,6 +10,7 @@ import json
 import logging
 
 import pytest
+import torch
 
 ray = pytest.importorskip("ray")
 
@@ -44,14 +45,20 @@ async def _train_one_step_and_push(config, run_dir, train_prompts):
     return result.version, seconds, weights, handshakes, before, digests, versions
 
 
-@pytest.mark.parametrize(("transport", "route", "ranks"), [
-    ("broadcast", "broadcast", [1, 2]),
-    ("auto", "shared_memory", [None, None]),  # one node: the engine actors share the rollout actor's host
+ON_GPU = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+
+
+@pytest.mark.parametrize(("transport", "device", "route", "ranks"), [
+    ("broadcast", "cpu", "broadcast", [1, 2]),
+    ("auto", "cpu", "shared_memory", [None, None]),  # one node: the engine actors share the rollout actor's host
+    # one GPU: one engine actor on half of it; gloo from the object store's host copy into its device parameters
+    pytest.param("broadcast", "cuda", "broadcast", [1], marks=ON_GPU),
+    pytest.param("auto", "cuda", "shared_memory", [None], marks=ON_GPU),
 ])
 def test_engine_actors_take_a_trained_step_bit_identical_by_their_transport(
-        ray_on_loopback, tiny_model_dir, tmp_path, caplog, transport, route, ranks):
+        ray_on_loopback, tiny_model_dir, tmp_path, caplog, transport, device, route, ranks):
     caplog.set_level(logging.INFO, logger="venusrl.runtime.ray_runtime")
-    config = make_config(tiny_model_dir, steps=1, scheduler={"engines": 2},
+    config = make_config(tiny_model_dir, steps=1, scheduler={"engines": len(ranks)}, model={"device": device},
                          rollout={"environment": "tests.runtime.hashed_reward_env:HashedRewardEnv"},  # the step moves the weights
                          engine={"placement": "process", "weight_sync": {"transport": transport}})
     run_dir = tmp_path / "run"
@@ -61,12 +68,12 @@ def test_engine_actors_take_a_trained_step_bit_identical_by_their_transport(
     version, seconds, weights, handshakes, before, digests, versions = asyncio.run(
         _train_one_step_and_push(config, run_dir, train_prompts))
 
-    assert version == 1 and versions == [1, 1]
+    assert version == 1 and versions == [1] * len(ranks)
     assert list(seconds) == [route]
     assert [h["weight_rank"] for h in handshakes] == ranks
     tied = json.loads((tiny_model_dir / "config.json").read_text()).get("tie_word_embeddings", False)
     want = expected_digest(weights, resolve_dtype(config.model.dtype), tied)
-    assert digests == [want, want] and want not in before  # the step changed the weights; the push carried them
+    assert digests == [want] * len(ranks) and want not in before  # the step changed the weights; the push carried them
     joined = [r.args for r in caplog.records if r.msg.startswith("weight group: engine(s)")]
     # the rendezvous at the rollout actor's node IP as Ray reports it (other nodes reach it there)
-    assert joined == ([([0, 1], ray.util.get_node_ip_address(), joined[0][2])] if route == "broadcast" else [])
+    assert joined == ([(list(range(len(ranks))), ray.util.get_node_ip_address(), joined[0][2])] if route == "broadcast" else [])
