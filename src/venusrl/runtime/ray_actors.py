@@ -55,16 +55,18 @@ class RolloutActor(RolloutService):
     async def open_weight_group(self, config: Config, handshakes: list[dict[str, Any]]) -> dict[int, GroupSpec]:
         """Before `open`: the weight group of the engine actors that are to take pushes by
         broadcast (`joins_group`: with `auto`, those on another node than this actor), rank 0
-        here; each joining engine's spec by its index in `handshakes`. The rendezvous listens
-        at this node's IP as Ray reports it (the other nodes reach it there). Over gloo: this
-        actor pushes the object store's host copy of the trainer's weights."""
+        here; each joining engine's spec by its index in `handshakes`. The rendezvous listens,
+        and gloo's transport binds, at this node's IP as Ray reports it (the other nodes reach
+        it there, whatever this host's name resolves to). Over gloo: this actor pushes the
+        object store's host copy of the trainer's weights."""
         sync = config.engine.weight_sync
         joining = [i for i, handshake in enumerate(handshakes)
                    if joins_group(sync.transport, locate(RemoteEngine.from_handshake(handshake)), weights_on_gpu=False)]
         if not joining:
             return {}
-        self.weight_group = WeightGroup.open_source(ray.util.get_node_ip_address(), sync.group_port, len(joining),
-                                                    "gloo", sync.group_timeout_s)
+        node = ray.util.get_node_ip_address()
+        self.weight_group = WeightGroup.open_source(node, sync.group_port, len(joining), "gloo", sync.group_timeout_s,
+                                                    device_host=node)
         return {index: self.weight_group.member(rank) for rank, index in enumerate(joining, start=1)}
 
     async def open(self, config: Config, run_dir: Path, model_dir: Path, train_prompts: list[Prompt], skip: int,
@@ -125,7 +127,7 @@ class EngineActor:
     async def join_weight_group(self, spec: GroupSpec) -> dict[str, Any]:
         """Join the rollout actor's weight group (in the background: the first broadcast waits
         for it); the handshake again, now naming this engine's rank."""
-        self.server.join_weight_group(spec)
+        self.server.join_weight_group(spec.model_copy(update={"device_host": ray.util.get_node_ip_address()}))
         return {**self.server.handshake(), **placement()}
 
     async def close(self) -> None:
