@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from venusrl.engine.config import EngineConfig
-from venusrl.weights.placement import EngineLocation, choose_transport
+from venusrl.weights.placement import EngineLocation, choose_transport, joins_group
 
 IN_PROCESS = EngineLocation(in_process=True, same_host=True, in_group=False)
 SAME_HOST = EngineLocation(in_process=False, same_host=True, in_group=False)
@@ -34,6 +34,19 @@ def test_a_named_transport_is_used_as_named_or_refused_naming_the_field(transpor
         assert auto != transport or transport == "broadcast", "what auto picks is always reachable"
     else:
         assert chosen == transport
+
+
+@given(st.builds(EngineLocation, st.just(False), st.booleans(), st.just(False), st.booleans()), st.booleans())
+def test_an_engine_process_joins_the_group_exactly_where_its_pushes_would_then_be_broadcast(location, on_gpu):
+    """A Ray engine actor, not yet in a group: with auto it joins when it is on another host
+    than the pusher (same host: shared memory or CUDA IPC); with broadcast always; with socket
+    never. Joined, the pusher then indeed broadcasts to it."""
+    assert joins_group("auto", location, on_gpu) == (location.wire and not location.same_host)
+    assert joins_group("broadcast", location, on_gpu) == location.wire
+    assert not joins_group("socket", location, on_gpu)
+    if joins_group("auto", location, on_gpu):
+        joined = EngineLocation(location.in_process, location.same_host, True, location.wire)
+        assert choose_transport("auto", joined, on_gpu) == "broadcast"
 
 
 def test_the_config_refuses_a_transport_that_cannot_reach_its_placement():

@@ -167,3 +167,13 @@ def test_a_segment_that_does_not_hold_the_announced_version_whole_is_refused(eng
     finally:
         pusher.close()
     assert after == before and health_version == version
+
+
+def test_a_gloo_member_binds_the_address_its_spec_names():
+    """`device_host` (a Ray actor's node IP) is where gloo's transport binds: an address that is
+    not this host's fails the join, reported by the first broadcast, instead of binding what
+    the hostname resolves to."""
+    group = WeightGroup.open_source("127.0.0.1", 0, 1, "gloo", timeout_s=30, device_host="203.0.113.7")
+    assert group.member(1).device_host is None  # each member sets its own
+    with pytest.raises(RuntimeError, match=r"rank 0 could not join: .*203\.0\.113\.7"):
+        group.send(torch.zeros(4, dtype=torch.uint8))

@@ -18,12 +18,16 @@ import torch
 from venusrl.config import Config
 from venusrl.coordinator.snapshot import CoordinatorSnapshot
 from venusrl.engine.remote.process import EngineServer, EngineSpec, build_engine
+from venusrl.engine.remote.remote import RemoteEngine
 from venusrl.env.registry import environment_factory
 from venusrl.runtime.data import prompt_stream
 from venusrl.runtime.ray_sandbox import RayCluster
 from venusrl.runtime.rollout_service import RolloutService
 from venusrl.runtime.trainer_service import TrainerService
 from venusrl.types import Prompt
+from venusrl.weights.broadcast import GroupSpec, WeightGroup
+from venusrl.weights.placement import joins_group
+from venusrl.weights.pusher import locate
 
 
 def log_to_run(run_dir: Path, level: str, role: str) -> None:
@@ -46,6 +50,24 @@ class RolloutActor(RolloutService):
 
     def __init__(self) -> None:
         self.opened = False
+        self.weight_group: WeightGroup | None = None
+
+    async def open_weight_group(self, config: Config, handshakes: list[dict[str, Any]]) -> dict[int, GroupSpec]:
+        """Before `open`: the weight group of the engine actors that are to take pushes by
+        broadcast (`joins_group`: with `auto`, those on another node than this actor), rank 0
+        here; each joining engine's spec by its index in `handshakes`. The rendezvous listens,
+        and gloo's transport binds, at this node's IP as Ray reports it (the other nodes reach
+        it there, whatever this host's name resolves to). Over gloo: this actor pushes the
+        object store's host copy of the trainer's weights."""
+        sync = config.engine.weight_sync
+        joining = [i for i, handshake in enumerate(handshakes)
+                   if joins_group(sync.transport, locate(RemoteEngine.from_handshake(handshake)), weights_on_gpu=False)]
+        if not joining:
+            return {}
+        node = ray.util.get_node_ip_address()
+        self.weight_group = WeightGroup.open_source(node, sync.group_port, len(joining), "gloo", sync.group_timeout_s,
+                                                    device_host=node)
+        return {index: self.weight_group.member(rank) for rank, index in enumerate(joining, start=1)}
 
     async def open(self, config: Config, run_dir: Path, model_dir: Path, train_prompts: list[Prompt], skip: int,
                    weight_version: int, snapshot: CoordinatorSnapshot | None,
@@ -55,7 +77,7 @@ class RolloutActor(RolloutService):
         try:
             super().__init__(config, model_dir, prompt_stream(train_prompts, config.trainer.epochs, skip),
                              weight_version, snapshot, predictor_path, sandbox_cluster=cluster,
-                             engine_handshakes=engine_handshakes)
+                             engine_handshakes=engine_handshakes, weight_group=self.weight_group)
         except BaseException:
             if cluster is not None:
                 cluster.close()
@@ -101,6 +123,12 @@ class EngineActor:
         spec = spec.model_copy(update={"host": ray.util.get_node_ip_address()})
         self.server = EngineServer(await asyncio.to_thread(build_engine, spec), spec.host, spec.kv_transport)
         return {**await self.server.start(), **placement()}
+
+    async def join_weight_group(self, spec: GroupSpec) -> dict[str, Any]:
+        """Join the rollout actor's weight group (in the background: the first broadcast waits
+        for it); the handshake again, now naming this engine's rank."""
+        self.server.join_weight_group(spec.model_copy(update={"device_host": ray.util.get_node_ip_address()}))
+        return {**self.server.handshake(), **placement()}
 
     async def close(self) -> None:
         if self.server is not None and not self.server.stopped.is_set():

@@ -10,7 +10,10 @@ in Ray actors.
     NodeAgentActor one per sandbox node agent, spread over the nodes (ray_sandbox.py)
 
 New weights go from the trainer actor to the rollout actor through the object store,
-never through this process. The run joins the cluster at `run.ray_address` (or
+never through this process; the rollout actor pushes them to each engine actor by the
+transport `engine.weight_sync` picks (weights/placement.py): shared memory to one on its
+node, a broadcast over its weight group (gloo, rendezvous at its node's IP) to one on
+another node, which joins the group at start-up. The run joins the cluster at `run.ray_address` (or
 RAY_ADDRESS), else starts Ray on this machine and stops it at the end.
 
 On a multi-node cluster the run directory and the model directory must be on a shared
@@ -23,8 +26,10 @@ be installed on every node.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -99,35 +104,48 @@ def _connect(address: str | None) -> bool:
 
 async def _train(config: Config, run_dir: Path, progress: bool, train_prompts: list[Prompt],
                  eval_prompts: list[Prompt], checkpoint: Checkpoint | None) -> dict:
+    async with open_actors(config, run_dir, train_prompts, checkpoint) as (rollout, trainer, _):
+        driver = TrainingDriver(config, run_dir, rollout, trainer, len(train_prompts), eval_prompts, checkpoint, progress)
+        return await driver.run()
+
+
+@contextlib.asynccontextmanager
+async def open_actors(config: Config, run_dir: Path, train_prompts: list[Prompt],
+                      checkpoint: Checkpoint | None,
+                      ) -> AsyncIterator[tuple[ActorProxy, TrainerProxy, list[dict[str, Any]]]]:
+    """The run's actors, opened, and the engine actors' handshakes (with `engine.placement:
+    process` the engine actors open first, and those that take pushes by broadcast join the
+    rollout actor's weight group); closed on the way out."""
     model_dir = checkpoint.model_dir if checkpoint else Path(config.model.path)
     version = checkpoint.state.weight_version if checkpoint else 0
     skip = checkpoint.snapshot.prompts_consumed if checkpoint else 0
     cluster_gpus = ray.cluster_resources().get("GPU", 0)
     rollout_gpus, trainer_gpus = actor_gpus(config, cluster_gpus)
-    engine_actors, handshakes = [], None
+    engine_actors, handshakes = [], []
     if config.engine.placement == "process":
         engine_actors = start_engine_actors(config.scheduler.engines, engine_actor_gpus(config, cluster_gpus))
         rollout_gpus = 0  # the engines hold the rollout side's GPUs
     rollout_actor = ray.remote(RolloutActor).options(num_gpus=rollout_gpus, max_concurrency=ROLLOUT_CONCURRENCY).remote()
     trainer_actor = ray.remote(TrainerActor).options(num_gpus=trainer_gpus).remote()
+    rollout, trainer = ActorProxy(rollout_actor), TrainerProxy(trainer_actor)
     try:
         if engine_actors:
             spec = engine_spec(model_dir, config.engine, config.model, version)
             handshakes = await open_engine_actors(engine_actors, spec, run_dir, config.run.log_level)
-        rollout, trainer = ActorProxy(rollout_actor), TrainerProxy(trainer_actor)
+            handshakes = await join_weight_group(rollout, engine_actors, handshakes, config)
         opened = await asyncio.gather(
             rollout.open(config, run_dir, model_dir, train_prompts, skip, version,
                          checkpoint.snapshot if checkpoint else None, checkpoint.predictor_path if checkpoint else None,
-                         handshakes),
+                         handshakes or None),
             trainer.open(config, run_dir, model_dir, version, checkpoint.optimizer_path if checkpoint else None),
             return_exceptions=True)  # both finish opening before either is closed
         for result in opened:
             if isinstance(result, BaseException):
                 raise result
         log.info("ray actors: %s", {"driver": {"pid": os.getpid()}, "rollout": opened[0], "trainer": opened[1],
-                                    "engines": [{k: h[k] for k in ("pid", "host", "address")} for h in handshakes or []]})
-        driver = TrainingDriver(config, run_dir, rollout, trainer, len(train_prompts), eval_prompts, checkpoint, progress)
-        return await driver.run()
+                                    "engines": [{k: h[k] for k in ("pid", "host", "address", "weight_rank")}
+                                                for h in handshakes]})
+        yield rollout, trainer, handshakes
     finally:
         await _shutdown(rollout_actor, trainer_actor, engine_actors)
 
@@ -145,6 +163,22 @@ async def open_engine_actors(actors: list[Any], spec: Any, run_dir: Path | None 
     """Build each actor's engine (in parallel); their handshakes."""
     proxies = [ActorProxy(actor) for actor in actors]
     return list(await asyncio.gather(*(proxy.open(spec, run_dir, log_level) for proxy in proxies)))
+
+
+async def join_weight_group(rollout: ActorProxy, actors: list[Any], handshakes: list[dict[str, Any]],
+                            config: Config) -> list[dict[str, Any]]:
+    """The engine actors that are to take pushes by broadcast join the rollout actor's weight
+    group (it decides which: `RolloutActor.open_weight_group`); the handshakes, those of the
+    members now naming their ranks."""
+    members = await rollout.open_weight_group(config, handshakes)
+    joined = await asyncio.gather(*(ActorProxy(actors[index]).join_weight_group(spec)
+                                    for index, spec in members.items()))
+    rejoined = dict(zip(members, joined, strict=True))
+    if members:
+        spec = next(iter(members.values()))
+        log.info("weight group: engine(s) %s joined the rollout actor's, rendezvous at %s:%d", sorted(members),
+                 spec.host, spec.port)
+    return [rejoined.get(index, handshake) for index, handshake in enumerate(handshakes)]
 
 
 async def _shutdown(rollout_actor: Any, trainer_actor: Any, engine_actors: list[Any]) -> None:

@@ -42,12 +42,13 @@ class RolloutService:
         predictor_path: Path | None = None,
         sandbox_cluster: Any = None,  # in place of a LocalCluster: has .controller and .close(); closed by close()
         engine_handshakes: list[dict[str, Any]] | None = None,  # engine processes already running (Ray actors)
+        weight_group: WeightGroup | None = None,  # opened already, for those of `engine_handshakes` that joined it
     ) -> None:
         self.config = config
         policy: SchedulerPolicy = config.scheduler.policy
         sync = config.engine.weight_sync
         # a weight group for the engines started here, when pushes are to go by broadcast
-        group = (WeightGroup.open_source(sync.group_host, sync.group_port, config.scheduler.engines,
+        group = weight_group or (WeightGroup.open_source(sync.group_host, sync.group_port, config.scheduler.engines,
                                          "nccl" if config.model.device.startswith("cuda") else "gloo",
                                          sync.group_timeout_s)
                  if sync.transport == "broadcast" and engine_handshakes is None else None)

@@ -38,6 +38,10 @@ class GroupSpec(BaseModel):
     world_size: int = Field(ge=2)
     backend: str = Field("gloo", pattern="^(gloo|nccl)$")
     timeout_s: float = Field(600.0, gt=0)
+    device_host: str | None = Field(
+        None, description="gloo: the address this member's transport binds and the others connect to (a Ray "
+        "actor's: its node's IP, as Ray reports it); None: the one its hostname resolves to, which on hosts "
+        "that map their name to a loopback address reaches no other host")
 
 
 class WeightGroup:
@@ -54,18 +58,19 @@ class WeightGroup:
         threading.Thread(target=self._join, name="venusrl-weight-group", daemon=True).start()
 
     @classmethod
-    def open_source(cls, host: str, port: int, engines: int, backend: str, timeout_s: float) -> WeightGroup:
+    def open_source(cls, host: str, port: int, engines: int, backend: str, timeout_s: float,
+                    device_host: str | None = None) -> WeightGroup:
         """Rank 0: the rendezvous store (listening now, so the engines can be started next)."""
         store = dist.TCPStore(host, port, engines + 1, True, timeout=timedelta(seconds=timeout_s),
                               wait_for_workers=False)
         spec = GroupSpec(host=host, port=store.port, rank=0, world_size=engines + 1, backend=backend,
-                         timeout_s=timeout_s)
+                         timeout_s=timeout_s, device_host=device_host)
         log.info("weight group: rendezvous at %s:%d for %d engine(s), %s", host, store.port, engines, backend)
         return cls(spec, store)
 
     def member(self, rank: int) -> GroupSpec:
-        """The spec engine `rank` (1..N) joins with."""
-        return self.spec.model_copy(update={"rank": rank})
+        """The spec engine `rank` (1..N) joins with (its `device_host` its own to set)."""
+        return self.spec.model_copy(update={"rank": rank, "device_host": None})
 
     def _join(self) -> None:
         spec = self.spec
@@ -79,7 +84,11 @@ class WeightGroup:
                 options.group_name = STORE_PREFIX
                 self._group = dist.ProcessGroupNCCL(prefixed, spec.rank, spec.world_size, options)
             else:
-                self._group = dist.ProcessGroupGloo(prefixed, spec.rank, spec.world_size, timeout)
+                options = dist.ProcessGroupGloo._Options()
+                options._timeout = timeout
+                options._devices = [dist.ProcessGroupGloo.create_device(hostname=spec.device_host) if spec.device_host
+                                    else dist.ProcessGroupGloo.create_default_device()]
+                self._group = dist.ProcessGroupGloo(prefixed, spec.rank, spec.world_size, options)
             self._store = store
             log.info("weight group: joined as rank %d of %d (%s)", spec.rank, spec.world_size, spec.backend)
         except BaseException as err:  # reported by the first broadcast
@@ -99,7 +108,12 @@ class WeightGroup:
         self._broadcast(buffer)
 
     def receive(self, nbytes: int, device: torch.device) -> torch.Tensor:
-        """Ranks 1..N: the next broadcast buffer (`nbytes`, on `device`, reused across pushes)."""
+        """Ranks 1..N: the next broadcast buffer (`nbytes`, reused across pushes): on `device`
+        over NCCL; on the host over gloo, whose source may be a host copy (a Ray run pushes
+        from the object store's) and which moves host memory anyway: the engine copies the
+        views into its parameters, on its device."""
+        if self.spec.backend == "gloo":
+            device = torch.device("cpu")
         if self._buffer is None or self._buffer.numel() != nbytes or self._buffer.device != device:
             self._buffer = torch.empty(nbytes, dtype=torch.uint8, device=device)
         self._broadcast(self._buffer)

@@ -22,10 +22,11 @@ class WeightSyncConfig(Section):
         "can reach and is an error at start-up for one it cannot")
     group_host: str = Field(
         "127.0.0.1", description="broadcast: the address the weight group's rendezvous (a TCPStore on the "
-        "pushing process, rank 0) binds and the engines dial; an address the engines' hosts can reach")
+        "pushing process, rank 0) binds and the engines dial; an address the engines' hosts can reach. "
+        "Under run.runtime: ray the rollout actor's node IP, as Ray reports it, is used instead")
     group_port: int = Field(
         0, ge=0, le=65535, description="broadcast: the rendezvous port (0: any free one, for engines this "
-        "process starts; engines started elsewhere, e.g. Ray actors, need a fixed one)")
+        "process starts or, as Ray engine actors, is told of; engines started elsewhere need a fixed one)")
     group_timeout_s: float = Field(
         600.0, gt=0, description="broadcast: how long the rendezvous and each broadcast may take before the "
         "group fails (every engine of the group must take part in every push)")

@@ -3,7 +3,7 @@ in `engine.weight_sync.transport`. Pure: no torch, no sockets."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from venusrl.weights.config import WeightTransport
 
@@ -34,6 +34,13 @@ def choose_transport(configured: str, location: EngineLocation, weights_on_gpu: 
     if reason:
         raise ValueError(f"engine.weight_sync.transport: {configured} cannot reach this engine ({reason})")
     return configured  # type: ignore[return-value]
+
+
+def joins_group(configured: str, location: EngineLocation, weights_on_gpu: bool) -> bool:
+    """Whether an engine process started apart from the pushing process (a Ray engine actor)
+    is to join the weight group: exactly when, joined, it would take its pushes by broadcast
+    (every member must take part in every broadcast, so the group holds those and no more)."""
+    return choose_transport(configured, replace(location, in_group=True), weights_on_gpu) == "broadcast"
 
 
 def _unreachable(transport: str, location: EngineLocation, weights_on_gpu: bool) -> str | None:
