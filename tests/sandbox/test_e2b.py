@@ -4,7 +4,6 @@ written for E2B runs unchanged, in real sandboxes on real node agents."""
 from __future__ import annotations
 
 import os
-import time
 
 import httpx
 import pytest
@@ -56,10 +55,8 @@ def test_non_zero_exit_raises_the_sdks_command_exit_exception(e2b_service):
 
 def test_timeout_raises_timeout_exception_and_kills_the_command(e2b_service):
     with Sandbox.create() as sandbox:
-        started = time.monotonic()
         with pytest.raises(TimeoutException):
             sandbox.commands.run("sleep 30", timeout=1)
-        assert time.monotonic() - started < 10
         until(lambda: not sandbox.commands.list(), "the timed-out command to be killed")
 
 

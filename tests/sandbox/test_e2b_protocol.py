@@ -70,6 +70,14 @@ def test_int64_fields_may_come_as_strings_and_wrong_types_name_the_field():
         connect.selected_pid({"process": {"tag": "t"}})
 
 
+@pytest.mark.parametrize("text", ["\u00b2", "1\u00b9", "\u0663"])  # digits to str.isdigit, not to int()
+def test_non_ascii_digits_are_invalid_arguments_not_500s(text):
+    with pytest.raises(ConnectError, match="pid"):
+        connect.field({"pid": text}, "pid", int)
+    with pytest.raises(ConnectError, match="Connect-Timeout-Ms"):
+        connect.timeout_ms(text)
+
+
 # -- fuzz against the real service ---------------------------------------------------------
 ENVD_RPCS = ["/process.Process/Start", "/process.Process/Connect", "/process.Process/List",
              "/process.Process/SendInput", "/process.Process/SendSignal", "/process.Process/CloseStdin",

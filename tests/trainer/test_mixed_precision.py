@@ -143,3 +143,8 @@ def test_two_fsdp_ranks_keep_a_float32_master_and_export_bf16(tiny_model_dir, gr
     update = torch.cat([(master[name] - before[name]).flatten() for name in before])
     assert (update != 0).float().mean() >= 0.99
     assert torch.nn.functional.cosine_similarity(update, expected, dim=0) >= 0.95
+
+
+def test_float16_training_is_refused_naming_the_field(tiny_model_dir):
+    with pytest.raises(ValueError, match="model.dtype: float16 training needs loss scaling"):
+        TrainerService(_config(tiny_model_dir, "float16"), tiny_model_dir)

@@ -31,6 +31,9 @@ class TrainerService:
         self.tokenizer_dir = Path(config.model.path)
         device = torch.device(config.model.device)
         compute_dtype = resolve_dtype(config.model.dtype)  # the forward's and the engines'; the master is float32
+        if compute_dtype == torch.float16:  # its 5 exponent bits flush RL-sized gradients to zero unscaled
+            raise ValueError("model.dtype: float16 training needs loss scaling, which the trainer does not do; "
+                             "use bfloat16 (or float32)")
         self.trainer: StreamingTrainer | ShardedTrainer
         if config.trainer.world_size > 1:
             self.trainer = ShardedTrainer(config.trainer.world_size, partial(load_policy, config, model_dir),

@@ -16,11 +16,10 @@ from typing import Any
 
 import torch
 
+from venusrl.engine.remote.wire import DTYPES  # the dtypes a tensor may cross a process boundary in
 from venusrl.weights.copy import copy_into
 
 ALIGN = 256  # bytes: a cache line on the host, the allocation granule of CUDA's caching allocator
-DTYPES = {name: getattr(torch, name) for name in (
-    "float32", "float16", "bfloat16", "float64", "int64", "int32", "int16", "int8", "uint8", "bool")}
 
 
 @dataclass(frozen=True, slots=True)

@@ -66,7 +66,6 @@ class WeightPusher:
         self._ipc = CudaIpcWriter()
         self._broadcast_buffer: torch.Tensor | None = None  # kept across pushes, as the others' buffers
         self._lock = asyncio.Lock()
-        self.last_seconds: dict[str, float] = {}
 
     def routes(self, weights_on_gpu: bool) -> dict[WeightTransport, list[int]]:
         """Engine indices by the transport each gets a push over."""
@@ -94,9 +93,11 @@ class WeightPusher:
                                                 device))
                     for transport, indices in routes.items()]
             results = await asyncio.gather(*jobs, return_exceptions=True)
-            self.last_seconds = seconds
             errors = [r for r in results if isinstance(r, BaseException)]
             if errors:
+                # an engine whose call failed on this side may still be copying from this push's
+                # buffers: the next push writes fresh ones rather than rewrite them under it
+                self.close()
                 raise errors[0]
             log.info("weights version %d pushed to %d engine(s): %s", version, len(self.engines),
                      ", ".join(f"{t} {s:.3f} s" for t, s in seconds.items()))

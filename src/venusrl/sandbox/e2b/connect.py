@@ -89,7 +89,7 @@ def field(message: dict[str, Any], name: str, kind: type, default: Any = None, w
     value = message.get(name, default)
     if value is None or value is default:
         return default
-    if kind is int and isinstance(value, str) and value.lstrip("-").isdigit():
+    if kind is int and isinstance(value, str) and decimal(value.removeprefix("-")):
         value = int(value)
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
@@ -115,6 +115,11 @@ def timeout_ms(header: str | None) -> float | None:
     """Connect-Timeout-Ms as seconds; None when absent."""
     if header is None:
         return None
-    if not header.isdigit() or len(header) > 10:
+    if not decimal(header) or len(header) > 10:
         raise ConnectError("invalid_argument", f"Connect-Timeout-Ms: expected up to 10 digits, got {header!r}")
     return int(header) / 1000.0
+
+
+def decimal(text: str) -> bool:
+    """ASCII digits only: str.isdigit also takes '²' or '¹', which int() refuses."""
+    return text.isascii() and text.isdigit()

@@ -166,7 +166,7 @@ def _deadline(request: Request) -> float | None:
 
 def _keepalive(request: Request) -> float:
     value = request.headers.get("keepalive-ping-interval", "")
-    return float(value) if value.isdigit() and int(value) > 0 else KEEPALIVE_DEFAULT_S
+    return float(value) if connect.decimal(value) and int(value) > 0 else KEEPALIVE_DEFAULT_S
 
 
 def build_router(service: E2BService) -> APIRouter:

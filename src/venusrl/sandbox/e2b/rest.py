@@ -9,7 +9,6 @@ error shape, never FastAPI's own 422.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from datetime import timedelta
@@ -227,9 +226,17 @@ async def _resume(service: E2BService, record: E2BSandbox, timeout: int | None) 
 
 
 async def kill_sandbox(service: E2BService, sandbox_id: str, why: str) -> None:
-    """Forget the sandbox first, so its token stops working before its processes die."""
-    if service.table.pop(sandbox_id) is None:
+    """Forget the sandbox first, so its token stops working before its processes die; a kill
+    that fails puts it back (reachable, and killed again by a retry or its expiry) and is
+    E2B's error, not a 500."""
+    record = service.table.pop(sandbox_id)
+    if record is None:
         return
-    with contextlib.suppress(SandboxNotFound):
+    try:
         await service.call(service.controller.kill, sandbox_id)
+    except SandboxNotFound:
+        pass
+    except SandboxError as err:
+        service.table.add(record)
+        raise rest_error(err) from None
     log.info("e2b: sandbox %s %s", sandbox_id, why)
