@@ -153,10 +153,12 @@ class RolloutService:
         if self._task is not None:
             self._stop.set()
             await asyncio.gather(self._task, return_exceptions=True)
-        for engine in self.async_engines:
-            await engine.shutdown()
-        self.pusher.close()
-        if self.predictor is not None:
-            self.predictor.close()
-        if self.cluster is not None:
-            self.cluster.close()
+        try:
+            for engine in self.async_engines:
+                await engine.shutdown()
+        finally:  # the weight segment is a model's worth of shared memory: freed whatever failed above
+            self.pusher.close()
+            if self.predictor is not None:
+                self.predictor.close()
+            if self.cluster is not None:
+                self.cluster.close()
