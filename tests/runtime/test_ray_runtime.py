@@ -16,13 +16,6 @@ from venusrl.runtime.ray_runtime import train  # noqa: E402
 from venusrl.sandbox.cgroups import CGROUP_ROOT  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def ray_on_loopback():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def make_config(model_dir: Path, steps: int, **sections) -> Config:
     data = {
         "model": {"path": str(model_dir)},

@@ -23,13 +23,6 @@ from venusrl.runtime.ray_runtime import open_actors  # noqa: E402
 from venusrl.weights.digest import expected_digest  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def ray_on_loopback():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 async def _train_one_step_and_push(config, run_dir, train_prompts):
     async with open_actors(config, run_dir, train_prompts, None) as (rollout, trainer, handshakes):
         await rollout.start()

@@ -20,6 +20,7 @@ summed over chunks in float32 and returned in the weight's dtype.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -49,7 +50,7 @@ def _chunk_stats(h: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, te
     label log-probs [n] and entropy [n]; `weight` is already in `dtype`. Autocast is off: the
     trainer calls this under it, and it would run the entropy's bmm on bf16-rounded p and log p
     (0.028 off at an entropy of 8.4); every dtype here is explicit."""
-    with torch.autocast(h.device.type, enabled=False):
+    with _autocast_off(h.device):
         z = (h.to(dtype) @ weight.T).float()
         if temperature != 1.0:
             z.div_(temperature)
@@ -59,6 +60,14 @@ def _chunk_stats(h: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, te
         token_logprobs = log_p.gather(-1, labels.clamp(min=0)[:, None])[:, 0].masked_fill(labels < 0, 0.0)
         entropy = -torch.bmm(p[:, None, :], log_p[:, :, None]).flatten()  # Σ p·log p without a third [n, V]
     return log_p, p, token_logprobs, entropy
+
+
+def _autocast_off(device: torch.device) -> contextlib.AbstractContextManager:
+    """Autocast off on the devices that have it (the meta device, on which the trainer bench
+    counts memory, has none)."""
+    if device.type in ("cpu", "cuda"):
+        return torch.autocast(device.type, enabled=False)
+    return contextlib.nullcontext()
 
 
 class _ChunkedLogprobs(torch.autograd.Function):
