@@ -137,7 +137,7 @@ def test_padded_decode_inputs_store_and_change_nothing():
     assert size == 4
     _, _, new_slots, new_index, rows, lengths = torch.tensor(step.padded(size, *backend.padding))
     context = backend.decode_context(new_slots, rows, lengths, torch.arange(size))
-    backend.write_new(new_index, new_slots)
+    backend.write(new_index, new_slots)
     eager = pair.sdpa.context(sequences)
     for layer in range(pair.args.num_hidden_layers):
         q = torch.randn(1, size, 8, 16, generator=pair.g)

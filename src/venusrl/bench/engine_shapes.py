@@ -27,6 +27,7 @@ from venusrl.engine.kv_pool import KVPool
 from venusrl.model.args import ModelArgs
 from venusrl.model.causal_lm import CausalLM
 from venusrl.model.shapes import QWEN3_SHAPES as SHAPES
+from venusrl.model.shapes import qwen3_config
 from venusrl.types import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -50,22 +51,11 @@ class Case:
     new_tokens: int
 
 
-def hf_config(shape: str) -> dict:
-    s = SHAPES[shape]
-    vocab = s["vocab"]
-    return dict(model_type="qwen3", vocab_size=vocab, hidden_size=s["hidden"], intermediate_size=s["intermediate"],
-                num_hidden_layers=s["layers"], num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"],
-                head_dim=s["head_dim"], hidden_act="silu", max_position_embeddings=40960, rms_norm_eps=1e-6,
-                rope_theta=1_000_000.0, rope_scaling=None, tie_word_embeddings=s["tie"], attention_bias=False,
-                use_sliding_window=False, sliding_window=None, max_window_layers=s["layers"], eos_token_id=vocab - 1,
-                pad_token_id=vocab - 2, bos_token_id=None, initializer_range=0.02)
-
-
 def build_models(shape: str, device: torch.device, dtype: torch.dtype):
     """transformers' Qwen3 (eager attention... its sdpa) and our CausalLM with the same random weights."""
     import transformers
 
-    config = hf_config(shape)
+    config = qwen3_config(SHAPES[shape])
     torch.manual_seed(0)
     hf_args = {k: v for k, v in config.items() if k != "model_type"}
     previous = torch.get_default_dtype()

@@ -34,6 +34,7 @@ from venusrl.bench.report import emit
 from venusrl.bench.tensor_memory import TensorMemory
 from venusrl.model.checkpoint import resolve_dtype
 from venusrl.model.shapes import QWEN3_SHAPES as SHAPES
+from venusrl.model.shapes import qwen3_config
 from venusrl.trainer.chunked_logprobs import chunked_logprobs_and_entropy
 from venusrl.trainer.config import TrainerConfig
 from venusrl.trainer.losses import token_logprobs_and_entropy
@@ -234,12 +235,7 @@ def build_model(shape: dict[str, int], device: torch.device) -> torch.nn.Module:
     """A Qwen3 causal LM of `shape` with random weights, float32 (the trainer's master), on `device`."""
     import transformers
 
-    config = transformers.Qwen3Config(
-        vocab_size=shape["vocab"], hidden_size=shape["hidden"], intermediate_size=shape["intermediate"],
-        num_hidden_layers=shape["layers"], num_attention_heads=shape["heads"], num_key_value_heads=shape["kv_heads"],
-        head_dim=shape["head_dim"], max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1_000_000.0,
-        tie_word_embeddings=shape["tie"], attention_bias=False, use_sliding_window=False,
-        eos_token_id=shape["vocab"] - 1, pad_token_id=shape["vocab"] - 2, bos_token_id=None, initializer_range=0.02)
+    config = transformers.Qwen3Config(**{k: v for k, v in qwen3_config(shape).items() if k != "model_type"})
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
     with torch.device(device):

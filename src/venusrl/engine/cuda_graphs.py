@@ -63,7 +63,7 @@ class DecodeGraphs:
         context = self.backend.decode_context(new_slots, rows, lengths, self.q_rows[:size])
 
         def forward() -> torch.Tensor:
-            self.backend.write_new(new_index, new_slots)
+            self.backend.write(new_index, new_slots)
             hidden = self.model.hidden_states(ids[None], positions[None], context)[0]
             return self.model.lm_head(hidden)
 

@@ -88,7 +88,7 @@ class ModelRunner:
             hidden = self.model.hidden_states(ids, positions, context)[0]
             if not sampled_items:
                 return Sampled()
-            ends = list(itertools.accumulate(len(items[i].token_ids) for i in range(len(items))))
+            ends = list(itertools.accumulate(len(item.token_ids) for item in items))
             last = torch.tensor([ends[i] - 1 for i in sampled_items], device=self.device)
             logits = self.model.lm_head(hidden[last])
         drawn = sample_rows(logits, rows).tolist()  # the step's one device-to-host copy

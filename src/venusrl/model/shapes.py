@@ -26,3 +26,13 @@ def hf_config_fields(shape: dict[str, Any]) -> dict[str, Any]:
                 num_key_value_heads=shape["kv_heads"], head_dim=shape["head_dim"],
                 intermediate_size=shape["intermediate"], vocab_size=shape["vocab"],
                 tie_word_embeddings=shape["tie"], max_window_layers=shape["layers"])
+
+
+def qwen3_config(shape: dict[str, Any]) -> dict[str, Any]:
+    """A whole Qwen3 config.json of `shape`: the official configs' other fields, and the
+    vocabulary's last two ids as end of sequence and padding (random weights need no tokenizer)."""
+    vocab = shape["vocab"]
+    return dict(model_type="qwen3", **hf_config_fields(shape), hidden_act="silu", max_position_embeddings=40960,
+                rms_norm_eps=1e-6, rope_theta=1_000_000.0, rope_scaling=None, attention_bias=False,
+                use_sliding_window=False, sliding_window=None, eos_token_id=vocab - 1, pad_token_id=vocab - 2,
+                bos_token_id=None, initializer_range=0.02)

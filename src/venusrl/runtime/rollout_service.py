@@ -47,11 +47,12 @@ class RolloutService:
         self.config = config
         policy: SchedulerPolicy = config.scheduler.policy
         sync = config.engine.weight_sync
-        # a weight group for the engines started here, when pushes are to go by broadcast
-        group = weight_group or (WeightGroup.open_source(sync.group_host, sync.group_port, config.scheduler.engines,
-                                         "nccl" if config.model.device.startswith("cuda") else "gloo",
-                                         sync.group_timeout_s)
-                 if sync.transport == "broadcast" and engine_handshakes is None else None)
+        group = weight_group
+        if group is None and sync.transport == "broadcast" and engine_handshakes is None:
+            # a weight group for the engines started here, which pushes reach by broadcast
+            group = WeightGroup.open_source(sync.group_host, sync.group_port, config.scheduler.engines,
+                                            "nccl" if config.model.device.startswith("cuda") else "gloo",
+                                            sync.group_timeout_s)
         self.async_engines = open_engines(model_dir, config.engine, config.model, config.scheduler.engines,
                                           weight_version, engine_handshakes, group)
         self.pusher = WeightPusher(self.async_engines, sync, resolve_dtype(config.model.dtype), group)

@@ -110,7 +110,7 @@ class TritonBackend:
         flat = torch.tensor([x for part in parts for x in part], dtype=torch.long, device=self.device)
         (write_index, write_slots, new, q_rows, rows, lens,
          e_rows, e_prefix, e_new, e_starts) = flat.split([len(part) for part in parts])
-        self.table.table.view(-1).index_copy_(0, write_index, write_slots)
+        self.write(write_index, write_slots)
         decode = extend = None
         if decode_at:
             decode = _Decode(q_rows, rows, lens)
@@ -125,20 +125,20 @@ class TritonBackend:
         plan = self.table.prepare(sequences)
         if plan.write_index:
             flat = torch.tensor(plan.write_index + plan.write_slots, dtype=torch.long, device=self.device)
-            index, slots = flat.split(len(plan.write_index))
-            self.table.table.view(-1).index_copy_(0, index, slots)
+            self.write(*flat.split(len(plan.write_index)))
         return DecodeStep(token_ids, positions, [seq.context_slots[-1] for seq in sequences], plan.new_index,
                           plan.rows, [len(seq.context_slots) for seq in sequences])
 
     def decode_context(self, new_slots: torch.Tensor, rows: torch.Tensor, lengths: torch.Tensor,
                        q_rows: torch.Tensor) -> TritonAttention:
         """A decode-only context over given device tensors (a CUDA graph's static buffers);
-        the caller writes the new tokens' table entries (`write_new`) before the forward."""
+        the caller writes the new tokens' table entries (`write`) before the forward."""
         decode = _Decode(q_rows, rows, lengths)
         return TritonAttention(self, new_slots, decode, None)
 
-    def write_new(self, new_index: torch.Tensor, new_slots: torch.Tensor) -> None:
-        self.table.table.view(-1).index_copy_(0, new_index, new_slots)
+    def write(self, index: torch.Tensor, slots: torch.Tensor) -> None:
+        """Table entries (flat `index`) set to `slots`, on the device."""
+        self.table.table.view(-1).index_copy_(0, index, slots)
 
     @property
     def padding(self) -> tuple[int, int]:
