@@ -90,13 +90,24 @@ def test_a_demoted_holder_yields_its_slot_to_an_urgent_turn():
     core.check_invariants()
 
 
-def test_program_aware_declares_every_program_high_and_ignores_the_policy():
+def test_a_paused_program_gets_no_slot_until_a_check_resumes_it():
+    """ThunderAgent's rule through the core: over capacity, the program in a tool call pauses;
+    its next turn waits outside the slots until a check finds room for it again."""
     c = coordinator(groups=2, group_size=1)
     a, b = started(c)
-    core = RolloutCore(c, engines=1, slots_per_engine=1, program_aware=True, orchestration=False)
+    tokens = {a: 300, b: 300}
+    core = RolloutCore(c, engines=1, slots_per_engine=2, mode="action_level", orchestration=False,
+                       live_set="thunderagent", kv_capacity_tokens=1000, context_tokens=tokens.__getitem__)
     core.place(a), core.place(b)
-    assert core.declared_priority(a) == core.declared_priority(b) == H
-    assert core.policy_changed(PriorityPolicy(9, frozenset(), frozenset({a}))) == []
+    assert core.request_slot(a) == [Grant(a, 0, L)] and core.request_slot(b) == [Grant(b, 0, L)]
+    tokens[a] = 600
+    core.release_slot(a, now=1.0)  # a is in its tool call; 600 + 300 + 2 x 100 buffer > 1000
+    assert core.check_live_set(2.0) == [] and core.live_set.paused(a) and not core.live_set.paused(b)
+    assert core.request_slot(a) == [] and a not in core.slots[0].waiting
+    core.check_invariants()
+    core.finish(b)
+    assert core.check_live_set(7.0) == [Grant(a, 0, L)] and a in core.slots[0].holders
+    core.check_invariants()
 
 
 def test_an_idle_engine_steals_a_waiter_only_when_the_move_saves_more_than_it_takes():
@@ -210,18 +221,23 @@ def test_orchestration_moves_an_urgent_waiter_off_the_hot_engine():
 
 
 events = st.lists(st.tuples(
-    st.sampled_from(["request", "release", "finish", "policy", "demoted", "orchestrate", "arrive"]),
+    st.sampled_from(["request", "release", "finish", "policy", "demoted", "orchestrate", "arrive", "check"]),
     st.integers(0, 11), st.integers(0, 3), st.frozensets(st.integers(0, 11), max_size=4),
 ), max_size=120)  # fmt: skip
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 3), st.integers(1, 3), st.sampled_from(["priority", "action_level", "trajectory_level"]),
-       st.booleans(), events)
-def test_invariants_hold_under_any_event_sequence(engines, slots, mode, program_aware, steps):
+       st.sampled_from([None, "thunderagent", "venus"]), events)
+def test_invariants_hold_under_any_event_sequence(engines, slots, mode, live_set, steps):
+    """Every event keeps the core's invariants; with a live set, a paused trajectory never
+    queues for a slot, and venus's rule holds after each check: every engine's live demand
+    (less what is marked to pause) fits its pool, or only PROMOTED programs are left to pause."""
     c = coordinator(groups=6, group_size=2)
     ids = started(c)
-    core = RolloutCore(c, engines, slots, mode, program_aware=program_aware)
+    tokens = dict.fromkeys(ids, 60)  # contexts grow by a turn at each release
+    core = RolloutCore(c, engines, slots, mode, live_set=live_set, kv_capacity_tokens=400,
+                       context_tokens=tokens.__getitem__, buffer_tokens=10)
     driver = Driver(core)
     for t in ids:
         core.place(t)
@@ -240,7 +256,12 @@ def test_invariants_hold_under_any_event_sequence(engines, slots, mode, program_
                 assert all(slots_t.priorities.get(h) != L for h in slots_t.holders), "a HIGH turn waits behind a LOW"
         elif kind == "release" and t in driver.generating:
             driver.generating.discard(t)
-            driver.apply(core.release_slot(t))
+            tokens[t] += 40 * (1 + index % 3)
+            driver.apply(core.release_slot(t, now=float(len(tokens))))
+        elif kind == "check" and core.live_set is not None:
+            driver.apply(core.check_live_set(now=float(index)))
+            if live_set == "venus":
+                core.live_set.check_fits()
         elif kind == "finish" and t not in ended:
             driver.generating.discard(t)
             ended.add(t)

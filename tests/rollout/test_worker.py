@@ -378,19 +378,21 @@ def test_a_turn_preempted_while_its_finished_output_is_on_its_way_ends_once_with
     assert requests == [(0, "1"), (1, "1")] and worker.core.engine_of[1] == 1
 
 
-@pytest.mark.parametrize("program_aware", [False, True])
+@pytest.mark.parametrize("live_set", [None, "thunderagent", "venus"])
 def test_the_worker_schedules_through_the_rollout_core_and_keeps_its_invariants(tiny_model_dir, monkeypatch,
-                                                                                program_aware):
-    """Two engines, priority mode: every turn's slot, every start and end goes through the
-    same `RolloutCore` the simulator drives, and its invariants hold after each event;
-    program-aware (ThunderAgent) mode runs here as in the simulator: every request HIGH."""
+                                                                                live_set):
+    """Two engines: every turn's slot, every start and end, every live-set check goes through
+    the same `RolloutCore` the simulator drives, and its invariants hold after each event.
+    ThunderAgent's mode (action-level slots, its live set) sends no priority; with a pool too
+    small for every program at once, the live set holds some back and the run still finishes."""
     from collections import Counter
 
     from venusrl.rollout.core import RolloutCore
     from venusrl.types import Priority
 
     calls: Counter = Counter()
-    for name in ("place", "request_slot", "release_slot", "finish", "policy_changed", "declared_priority"):
+    for name in ("place", "request_slot", "release_slot", "finish", "policy_changed", "declared_priority",
+                 "check_live_set"):
         original = getattr(RolloutCore, name)
 
         def counted(self, *args, _original=original, _name=name, **kwargs):
@@ -400,8 +402,13 @@ def test_the_worker_schedules_through_the_rollout_core_and_keeps_its_invariants(
             return result
 
         monkeypatch.setattr(RolloutCore, name, counted)
-    engines = [Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=4096, page_size=1)) for _ in range(2)]
-    coordinator = DataCoordinator(CoordinatorConfig(group_size=2, batch_groups=2, async_factor=1.5), prompts(4))
+    capacity = 4096 if live_set is None else 1200  # one group's contexts (its prompt shared): the rest wait
+    engines = [Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=capacity, page_size=1))
+               for _ in range(2)]
+    mode = "action_level" if live_set == "thunderagent" else "priority"
+    ranking = {"policy": "action_level"} if mode == "action_level" else {}  # ThunderAgent ranks no group
+    coordinator = DataCoordinator(CoordinatorConfig(group_size=2, batch_groups=2, async_factor=1.5, **ranking),
+                                  prompts(4))
 
     submitted = []  # the priority of every engine request
 
@@ -417,8 +424,8 @@ def test_the_worker_schedules_through_the_rollout_core_and_keeps_its_invariants(
             async_engine.generate = recorded
         try:
             worker = RolloutWorker(coordinator, async_engines, engines[0].tokenizer, CalculatorEnv,
-                                   RolloutConfig(max_turns=2, max_new_tokens_per_turn=16), slots=1,
-                                   program_aware=program_aware)
+                                   RolloutConfig(max_turns=2, max_new_tokens_per_turn=16), slots=1, mode=mode,
+                                   live_set=live_set, live_set_interval_s=0.01)
             ready = await worker.run(groups=2)
             return worker, ready
         finally:
@@ -427,7 +434,11 @@ def test_the_worker_schedules_through_the_rollout_core_and_keeps_its_invariants(
 
     worker, ready = asyncio.run(main())
     assert len(ready) >= 2
-    assert all(calls[name] > 0 for name in ("place", "request_slot", "release_slot", "finish", "policy_changed")), calls
+    ranked = ("policy_changed",) if mode == "priority" else ()  # ThunderAgent's coordinator ranks no group
+    assert all(calls[name] > 0 for name in ("place", "request_slot", "release_slot", "finish", *ranked)), calls
     # the run cancelled the trajectories past the batch: every one placed has left its engine
     assert calls["place"] == calls["finish"] and worker.core.placement.loads == [0, 0] and not worker.core.engine_of
-    assert submitted and (set(submitted) == {Priority.HIGH} if program_aware else Priority.LOW in set(submitted))
+    assert submitted and (set(submitted) == {Priority.LOW} if mode == "action_level" else Priority.LOW in set(submitted))
+    if live_set is not None:
+        # some program waited outside the pool (queued at its start or paused) and was resumed
+        assert calls["check_live_set"] > 0 and worker.core.live_set.resumes > 0

@@ -107,7 +107,8 @@ def test_a_turn_asks_for_its_slot_once_the_engine_told_its_demoted_set(monkeypat
 def _finish(name: str, seed: int, cost=SMALL_COST, **fields) -> float:
     """The swaps below were found with fresh predictor noise at every query: the predictor's
     trajectory share moves venus's small-cluster times by a few percent either way, and the
-    term's effect, not the predictor's, is under test."""
+    term's effect, not the predictor's, is under test. They run the paper's venus
+    (`+migration`, no live set), the mechanisms whose costs these terms price."""
     fields.setdefault("predictor_trajectory_share", 0.0)
     return run.simulate(small_spec(name, seed=seed, cost=cost, **fields)).sim_seconds
 
@@ -120,11 +121,11 @@ def _swap(first: str, second: str, seed: int, off: dict, on: dict) -> None:
 
 
 def test_handing_outputs_over_swaps_action_level_and_venus():
-    _swap("rollflash", "venus", 2, {}, {"cost": replace(SMALL_COST, output_s=4e-4)})
+    _swap("rollflash", "+migration", 2, {}, {"cost": replace(SMALL_COST, output_s=4e-4)})
 
 
 def test_the_engines_calls_swap_action_level_and_venus():
-    _swap("rollflash", "venus", 2, {}, {"cost": replace(SMALL_COST, call_s=0.01)})
+    _swap("rollflash", "+migration", 2, {}, {"cost": replace(SMALL_COST, call_s=0.01)})
 
 
 def test_delivery_latency_swaps_action_level_and_thunderagent():
@@ -132,4 +133,4 @@ def test_delivery_latency_swaps_action_level_and_thunderagent():
 
 
 def test_the_demoted_set_query_swaps_action_level_and_venus():
-    _swap("rollflash", "venus", 2, {}, {"demoted_query_s": 0.3})
+    _swap("rollflash", "+migration", 2, {}, {"demoted_query_s": 0.3})

@@ -26,13 +26,14 @@ def _swap(first: str, second: str, seed: int, off: dict, on: dict) -> None:
 
 
 def test_prefill_attention_over_the_context_swaps_venus_and_action_level():
-    """Venus prefills longer contexts again (its moves between engines): priced at their
-    quadratic attention, action-level scheduling (ROLL Flash) overtakes it."""
-    _swap("venus", "rollflash", 5, {}, {"cost": replace(SMALL_COST, attention_pair_s=3e-6)})
+    """The paper's venus (`+migration`) prefills longer contexts again (its moves between
+    engines): priced at their quadratic attention, action-level scheduling (ROLL Flash)
+    overtakes it."""
+    _swap("+migration", "rollflash", 5, {}, {"cost": replace(SMALL_COST, attention_pair_s=3e-6)})
 
 
 def test_prefix_reads_of_chunked_prefill_swap_venus_and_action_level():
-    _swap("venus", "rollflash", 13, {}, {"cost": replace(SMALL_COST, prefix_read_token_s=3e-4)})
+    _swap("+migration", "rollflash", 13, {}, {"cost": replace(SMALL_COST, prefix_read_token_s=3e-4)})
 
 
 def test_reload_latency_swaps_thunderagent_and_action_level():

@@ -1,13 +1,14 @@
 """`venusrl bench rollout`: how long N training steps take with the trainer in the loop,
-for trajectory-level slots (slime), action-level slots (ROLL Flash) and venus, on two
-engines with the tiny model.
+for trajectory-level slots (slime), action-level slots (ROLL Flash), ThunderAgent's
+program-aware capacity scheduling and venus, on two engines with the tiny model.
 
 The workload (`bench.workload`): agent tasks whose latent difficulty sets the number of
 turns of each trajectory; the prompt shows it only as a noisy hint; the environment
 answers every turn after an exponential tool latency. Each mode runs as its real
-counterpart: the baselines on SGLang's LRU radix cache with no priority, venus with the
+counterpart: the baselines on SGLang's LRU radix cache with no priority (ThunderAgent pausing
+programs by its own rule, `rollout/live_set.py`, every `REAL_TOOL_MEAN_S`-scaled 5 s), venus with the
 coordinator's default policy (`scheduler.policy: venus`), its learned length predictor,
-tiered KV residency, demotion and orchestration; `venus_no_moves` is venus with
+tiered KV residency, demotion, orchestration and its live set; `venus_no_moves` is venus with
 `rollout.orchestration: false` (no turn moves between engines), reported beside it.
 
 The trainer: a streaming trainer whose time per step is `factor` x T_batch, T_batch being
@@ -74,6 +75,7 @@ from venusrl.model.chat import load_tokenizer
 from venusrl.model.checkpoint import load_model
 from venusrl.model.tiny import make_tiny_model
 from venusrl.rollout.config import RolloutConfig
+from venusrl.rollout.live_set import THUNDERAGENT_INTERVAL_S, LiveSetRuleName
 from venusrl.rollout.slots import SlotMode
 from venusrl.rollout.worker import RolloutWorker, next_ready
 from venusrl.sim.cost_model import fit
@@ -117,6 +119,7 @@ class ModeSetup:
     demotion: bool
     orchestration: bool = False  # moves between engines (`rollout.orchestration`; priority slots only)
     work_conservation: bool = True  # `engine.work_conservation`, as a training config derives it
+    live_set: LiveSetRuleName | None = None  # `SchedulerConfig.live_set_rule`: who pauses programs, by which rule
 
 
 VLLM_BIND = "VLLM_CPU_OMP_THREADS_BIND"
@@ -125,13 +128,22 @@ VENUS_POLICY = CoordinatorConfig.model_fields["policy"].default  # what `schedul
 SETUPS = {
     "trajectory_level": ModeSetup("trajectory_level", "action_level", "lru", demotion=False),
     "action_level": ModeSetup("action_level", "action_level", "lru", demotion=False),
-    "venus": ModeSetup("priority", VENUS_POLICY, "tiers", demotion=True, orchestration=True, work_conservation=False),
+    # ThunderAgent in front of SGLang/vLLM: requests forwarded per turn as they come, the engine's
+    # LRU prefix cache, programs paused by its capacity rule (`scheduler.policy: thunderagent`)
+    "thunderagent": ModeSetup("action_level", "action_level", "lru", demotion=False, live_set="thunderagent"),
+    "venus": ModeSetup("priority", VENUS_POLICY, "tiers", demotion=True, orchestration=True, work_conservation=False,
+                       live_set="venus"),
     # venus with `rollout.orchestration: false`: what its moves between engines buy or cost here
     "venus_no_moves": ModeSetup("priority", VENUS_POLICY, "tiers", demotion=True, orchestration=False,
-                                work_conservation=False),
+                                work_conservation=False, live_set="venus"),
 }
 MODES = tuple(SETUPS)
-BASELINES = ("action_level", "trajectory_level")
+BASELINES = ("action_level", "trajectory_level", "thunderagent")
+# ThunderAgent checks its programs every 5 s (config.py L27) against SWE-agent turns whose tool
+# calls take seconds (the simulator's workload: mean 4.9 s); the bench's tools take
+# `tool_latency_mean_s` (0.1 s), so its live-set interval is scaled by the same ratio: one check
+# per ~1 mean tool call in both (venus's live set runs at the same interval).
+REAL_TOOL_MEAN_S = 4.9
 VARIANTS = {"venus": "", "venus_no_moves": "venus_no_moves_"}  # venus's modes -> prefix of their speedup keys
 
 
@@ -275,7 +287,8 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
     ready: asyncio.Queue = asyncio.Queue()
     worker = RolloutWorker(coordinator, async_engines, load_tokenizer(model_dir), partial(AgentTaskEnv, Counter()), rollout,
                            slots=case.slots_per_engine, mode=setup.slot_mode, predictor=predictor,
-                           on_ready=ready.put_nowait)
+                           on_ready=ready.put_nowait, live_set=setup.live_set,
+                           live_set_interval_s=THUNDERAGENT_INTERVAL_S * case.tool_latency_mean_s / REAL_TOOL_MEAN_S)
     trainer = StreamingTrainerClock(case.batch_groups)
     gradient_s = trainer_s * case.gradient_fraction / case.batch_groups
     optimizer_s = trainer_s * (1 - case.gradient_fraction)

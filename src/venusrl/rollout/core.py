@@ -12,9 +12,11 @@ Decisions (paper §4.3):
   (O(log E)) and stays there, for its KV, unless moved.
 - Slots: per engine, a `SlotScheduler` (mode `priority`, `action_level` or
   `trajectory_level`); in priority mode a PROMOTED/HIGH turn preempts a LOW holder.
+- Live set (optional, `rollout/live_set.py`): programs pause so the live ones' KV fits each
+  engine's pool (ThunderAgent's rule, or venus's ranked by the coordinator's priorities); a
+  paused program's turn waits outside the slots until a periodic check resumes it.
 - Priorities: the *declared* priority (what the engine is told) is the coordinator's
-  policy in priority mode, LOW in the other modes, and HIGH for every program in
-  program-aware mode (ThunderAgent: no trainer priority). The *slot* priority is the
+  policy in priority mode, LOW in the other modes. The *slot* priority is the
   declared one, except LOW for a trajectory its engine has demoted (residency-aware
   demotion): it cannot get KV while HIGH work fills the pool, so it must not keep a slot
   from one that can.
@@ -30,7 +32,7 @@ Decisions (paper §4.3):
 
 Invariants (`check_invariants`, asserted by the property tests after every event):
 - a trajectory holds or waits for a slot on at most one engine, the one it is placed on,
-  and never while it is moving;
+  and never while it is moving or paused;
 - holders <= slots on every engine, and a waiter exists only when every slot is held;
 - priority mode: a PROMOTED/HIGH turn waits only while no LOW turn holds a slot on its
   engine: it preempts one when it asks, and a policy change or a demotion that makes a
@@ -46,6 +48,7 @@ from dataclasses import dataclass
 
 from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.coordinator.decisions import PriorityPolicy
+from venusrl.rollout.live_set import BUFFER_PER_PROGRAM, LiveSet, LiveSetRuleName
 from venusrl.rollout.orchestrator import Move, choose_moves
 from venusrl.rollout.slots import SlotMode, SlotScheduler, steal_candidate
 from venusrl.types import Priority
@@ -115,14 +118,26 @@ class RolloutCore:
         *,
         demotion_aware: bool = True,
         orchestration: bool = True,
-        program_aware: bool = False,
+        live_set: LiveSetRuleName | None = None,
+        kv_capacity_tokens: int = 0,
+        context_tokens: Callable[[int], int] | None = None,
+        buffer_tokens: int = BUFFER_PER_PROGRAM,
+        acting_decay: bool = False,
     ) -> None:
+        """`live_set`: pause programs so the live ones' KV fits each engine's
+        `kv_capacity_tokens` (`rollout/live_set.py`), ThunderAgent's rule or venus's; the
+        driver's `context_tokens` of a trajectory, in the capacity's units, feed it."""
         if engines < 1:
             raise ValueError(f"engines must be >= 1, got {engines}")
+        if live_set is not None and (context_tokens is None or kv_capacity_tokens < 1):
+            raise ValueError("a live set needs the engines' kv_capacity_tokens and the trajectories' context_tokens")
         self.coordinator, self.mode = coordinator, mode
         self.demotion_aware = demotion_aware and mode == "priority"
         self.orchestration = orchestration and mode == "priority" and engines > 1
-        self.program_aware = program_aware
+        self.context_tokens = context_tokens
+        self.live_set = None if live_set is None else LiveSet(
+            [kv_capacity_tokens] * engines, live_set, buffer_tokens=buffer_tokens, acting_decay=acting_decay,
+            urgency=self._urgency)
         self.slots = [SlotScheduler(slots_per_engine, mode, coordinator.critical_order) for _ in range(engines)]
         self.engine_of: dict[int, int] = {}  # placed trajectory -> engine
         self.moving: set[int] = set()  # moved, prefix KV not landed yet
@@ -138,8 +153,6 @@ class RolloutCore:
 
     def declared_priority(self, trajectory_id: int, policy: PriorityPolicy | None = None) -> Priority:
         """What the engine is told (see the module docstring)."""
-        if self.program_aware:
-            return Priority.HIGH
         trajectory = self.coordinator.trajectory(trajectory_id)
         if trajectory is None or self.mode != "priority":
             return Priority.LOW
@@ -162,7 +175,12 @@ class RolloutCore:
         else:
             self.placement.add(engine, 1)
         self.engine_of[trajectory_id] = engine
-        return engine
+        if self.live_set is not None:
+            trajectory = self.coordinator.trajectory(trajectory_id)
+            group = trajectory.group_id if trajectory is not None else -1
+            self.live_set.start(trajectory_id, group, self.context_tokens(trajectory_id), engine)
+            self._replace(trajectory_id, self.live_set.programs[trajectory_id].engine)
+        return self.engine_of[trajectory_id]
 
     def wants_demoted(self, trajectory_id: int) -> int | None:
         """The engine whose demoted set the driver should report (`demoted`) before this
@@ -200,6 +218,11 @@ class RolloutCore:
         holder), or it waits; a waiter may be stolen by an idle engine (`Move`)."""
         if trajectory_id in self.moving:
             raise ValueError(f"trajectory {trajectory_id} asks for a slot while it is moving")
+        if self.live_set is not None and not self.live_set.wants(trajectory_id, self.context_tokens(trajectory_id)):
+            return []  # paused: it asks once a live-set check resumes it (`check_live_set`)
+        return self._ask(trajectory_id)
+
+    def _ask(self, trajectory_id: int) -> list[Action]:
         engine = self.engine_of[trajectory_id]
         if trajectory_id in self.slots[engine].holders:  # kept through a tool call, or re-granted
             return [self._grant(trajectory_id, engine)]
@@ -214,16 +237,36 @@ class RolloutCore:
                 actions.extend(self._steal_for(other))
         return actions
 
-    def release_slot(self, trajectory_id: int) -> list[Action]:
+    def release_slot(self, trajectory_id: int, now: float = 0.0) -> list[Action]:
         """The turn's action ended (its trajectory goes on to a tool call or its next turn);
-        in trajectory-level mode it keeps its slot."""
+        in trajectory-level mode it keeps its slot. `now`: the driver's clock (a live set's
+        decay of tool-call tokens reads it)."""
+        if self.live_set is not None and trajectory_id in self.engine_of:
+            self.live_set.acted(trajectory_id, self.context_tokens(trajectory_id), now)
         return self._release(trajectory_id, finished=False)
+
+    def check_live_set(self, now: float) -> list[Action]:
+        """The periodic live-set check (every `scheduler.live_set_interval_s`): paused programs
+        that fit resume (one that never ran may be placed on another engine), those with a turn
+        pending ask for their slot; engines over capacity pause programs."""
+        if self.live_set is None:
+            return []
+        actions: list[Action] = []
+        resumed = self.live_set.check(now)
+        for trajectory_id, _ in resumed:
+            self._replace(trajectory_id, self.live_set.programs[trajectory_id].engine)
+        for trajectory_id, pending in resumed:
+            if pending:
+                actions.extend(self._ask(trajectory_id))
+        return actions
 
     def finish(self, trajectory_id: int) -> list[Action]:
         """The trajectory ended (done, failed or discarded): it leaves its engine."""
         if trajectory_id not in self.engine_of:
             return []
         actions = self._release(trajectory_id, finished=True)
+        if self.live_set is not None:
+            self.live_set.finish(trajectory_id)
         self.moving.discard(trajectory_id)
         self.placement.add(self.engine_of.pop(trajectory_id), -1)
         return actions
@@ -238,7 +281,7 @@ class RolloutCore:
         added 4-55% prefill), but leaving an urgent turn queued behind LOW work stalls the
         critical path, and where KV binds it deadlocks: the LOW holder cannot be admitted
         beside the waiting trajectories' HIGH KV."""
-        if self.mode != "priority" or self.program_aware:
+        if self.mode != "priority":
             return []
         old, self._applied = self._applied, policy
         actions: list[Action] = []
@@ -285,6 +328,19 @@ class RolloutCore:
         self._move_s = _running_mean(self._move_s, seconds)
 
     # ---- internals -------------------------------------------------------------------------
+
+    def _urgency(self, trajectory_id: int) -> tuple[int, float]:
+        """Venus's live-set rank: the declared priority, then the critical order."""
+        return int(self.declared_priority(trajectory_id)), self.coordinator.critical_order(trajectory_id)
+
+    def _replace(self, trajectory_id: int, engine: int) -> None:
+        """Place a trajectory that holds no KV and no slot anywhere (a new program the live
+        set queued) on another engine."""
+        source = self.engine_of[trajectory_id]
+        if source != engine:
+            self.placement.add(source, -1)
+            self.placement.add(engine, 1)
+            self.engine_of[trajectory_id] = engine
 
     def _grant(self, trajectory_id: int, engine: int) -> Grant:
         return Grant(trajectory_id, engine, self.declared_priority(trajectory_id))
@@ -337,6 +393,8 @@ class RolloutCore:
         self.placement.add(target, 1)
         self.engine_of[trajectory_id] = target
         self.moving.add(trajectory_id)
+        if self.live_set is not None:
+            self.live_set.moved(trajectory_id, target)
 
     # ---- invariants ------------------------------------------------------------------------
 
@@ -353,11 +411,17 @@ class RolloutCore:
                 seen[t] = engine
                 assert self.engine_of.get(t) == engine, f"trajectory {t} queues on engine {engine}, placed elsewhere"
                 assert t not in self.moving, f"trajectory {t} queues on engine {engine} while moving"
+                assert self.live_set is None or not self.live_set.paused(t), f"paused trajectory {t} queues for a slot"
         assert self.moving <= self.engine_of.keys(), "a moving trajectory is not placed"
         loads = [0] * len(self.slots)
         for engine in self.engine_of.values():
             loads[engine] += 1
         assert loads == self.placement.loads, f"placement loads {self.placement.loads} != placed {loads}"
+        if self.live_set is not None:
+            self.live_set.check_invariants()
+            assert self.live_set.programs.keys() == self.engine_of.keys(), "live set and placement disagree"
+            for t, program in self.live_set.programs.items():
+                assert program.engine == self.engine_of[t], f"trajectory {t}: live set and placement disagree"
 
 
 # Weight of the newest observation in the core's running means: about the last ten count.

@@ -36,6 +36,7 @@ from venusrl.rollout.agent_loop import TurnOutput, run_agent_loop
 from venusrl.rollout.config import RolloutConfig
 from venusrl.rollout.core import Action, Grant, Preempt, RolloutCore, SetEnginePriority
 from venusrl.rollout.generate import release_quietly
+from venusrl.rollout.live_set import THUNDERAGENT_INTERVAL_S, LiveSetRuleName
 from venusrl.rollout.orchestrator import Move
 from venusrl.rollout.slots import SlotMode, SlotScheduler
 from venusrl.sandbox.api import AsyncSandbox
@@ -89,16 +90,23 @@ class RolloutWorker:
         predictor: BackgroundPredictor | None = None,
         sandboxes: SandboxController | None = None,
         on_ready: Callable[[Group], None] | None = None,
-        program_aware: bool = False,
+        live_set: LiveSetRuleName | None = None,
+        live_set_interval_s: float = THUNDERAGENT_INTERVAL_S,
+        acting_decay: bool = False,
     ):
-        """`program_aware`: ThunderAgent's scheduling (every program HIGH in the engine, slots
-        by demoted or not, the coordinator's policy ignored), as the simulator runs it."""
+        """`live_set`: pause programs so the live ones' KV fits each engine's pool, checked every
+        `live_set_interval_s` (`rollout/live_set.py`: ThunderAgent's rule or venus's;
+        `SchedulerConfig.live_set_rule` names it)."""
         self.coordinator, self.tokenizer = coordinator, tokenizer
         self.engines = engines if isinstance(engines, list) else [engines]
         self.env_factory, self.config, self.clock = env_factory, config, clock
         self.mode = mode
+        self.live_set_interval_s = live_set_interval_s
+        self._context: dict[int, list[int]] = {}  # the tokens a trajectory's pending turn starts from
+        capacity = min(engine.info().kv_capacity_tokens for engine in self.engines) if live_set else 0
         self.core = RolloutCore(coordinator, len(self.engines), slots, mode, orchestration=config.orchestration,
-                                program_aware=program_aware)
+                                live_set=live_set, kv_capacity_tokens=capacity, acting_decay=acting_decay,
+                                context_tokens=lambda tid: len(self._context.get(tid, ())))
         self.ready: list[Group] = []
         self.dropped: list[Prompt] = []
         self.preemptions = 0
@@ -116,7 +124,6 @@ class RolloutWorker:
         self._grants: dict[int, asyncio.Event] = {}
         self._preempt: dict[int, asyncio.Event] = {}
         self._moving: dict[int, asyncio.Task] = {}  # prefix KV copies of moved trajectories
-        self._context: dict[int, list[int]] = {}  # the tokens a trajectory's pending turn starts from
 
     async def run(self, groups: int | None = None, stop: asyncio.Event | None = None) -> list[Group]:
         """Run until `groups` groups are ready, `stop` is set, or nothing is left to run: with
@@ -127,6 +134,8 @@ class RolloutWorker:
         if self.core.orchestration:
             background.append(asyncio.create_task(self._orchestrate()))
         background.append(asyncio.create_task(self._refresh_demotions()))
+        if self.core.live_set is not None:
+            background.append(asyncio.create_task(self._check_live_set()))
         stopped = asyncio.create_task(stop.wait()) if stop is not None else None
         try:
             while not self._done(groups, stop):
@@ -245,6 +254,18 @@ class RolloutWorker:
             for index in self.core.stale_demotions():
                 self._act(self.core.demoted(index, await self.engines[index].demoted_trajectories()))
 
+    async def _check_live_set(self) -> None:
+        """Every `live_set_interval_s`: paused programs resume where they fit, engines over
+        capacity pause programs (`RolloutCore.check_live_set`)."""
+        while True:
+            await asyncio.sleep(self.live_set_interval_s)
+            live_set = self.core.live_set
+            pauses, resumes = live_set.pauses, live_set.resumes
+            self._act(self.core.check_live_set(self.clock()))
+            if (live_set.pauses, live_set.resumes) != (pauses, resumes):
+                log.info("live set: %d program(s) paused, %d resumed, %d paused now", live_set.pauses - pauses,
+                         live_set.resumes - resumes, sum(p.paused for p in live_set.programs.values()))
+
     async def _move(self, move: Move) -> None:
         """The core moved a waiting trajectory (it left the source's slots): copy its prefix
         KV to the target, release it on the source, and let it ask for a slot on the target.
@@ -333,7 +354,7 @@ class RolloutWorker:
             preempted = preempt.is_set() and not (last is not None and last.finished)
             if not preempted:  # a preempted turn held its slot for part of a turn only
                 self.core.turn_held(self.clock() - held_from)
-            self._act(self.core.release_slot(trajectory_id))
+            self._act(self.core.release_slot(trajectory_id, self.clock()))
             if last is not None:
                 self.tokens.kept += len(last.output_ids)
                 turn.output_ids += last.output_ids

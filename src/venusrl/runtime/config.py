@@ -7,12 +7,16 @@ from typing import Literal
 from pydantic import Field
 
 from venusrl.coordinator.config import DEFAULT_POLICY, PolicyName
+from venusrl.rollout.live_set import THUNDERAGENT_INTERVAL_S, LiveSetRuleName
 from venusrl.rollout.slots import SlotMode
 from venusrl.schema import Section
 
-SchedulerPolicy = Literal["venus", "action_level", "trajectory_level"]
+SchedulerPolicy = Literal["venus", "thunderagent", "action_level", "trajectory_level"]
+# ThunderAgent is a router in front of the engines: it forwards a live program's request as it
+# comes (first come, first served per turn, as action_level), and pauses programs (live_set).
 SLOT_MODES: dict[SchedulerPolicy, SlotMode] = {
-    "venus": "priority", "action_level": "action_level", "trajectory_level": "trajectory_level"}
+    "venus": "priority", "thunderagent": "action_level", "action_level": "action_level",
+    "trajectory_level": "trajectory_level"}
 NO_PRIORITY: PolicyName = "action_level"  # the rule that marks no group HIGH
 
 
@@ -23,8 +27,9 @@ class SchedulerConfig(Section):
     policy: SchedulerPolicy = Field(
         "venus",
         description="venus: critical groups HIGH (scheduler.priority ranks them), LOW only in idle slots, "
-        "preemption, tiered KV; action_level: no priority, slots per turn (ROLL Flash); "
-        "trajectory_level: a trajectory holds its slot through tool calls (slime)")
+        "preemption, tiered KV; thunderagent: ThunderAgent's program-aware capacity scheduling (programs "
+        "paused so the live ones' KV fits the pool, no group priority); action_level: no priority, slots per "
+        "turn (ROLL Flash); trajectory_level: a trajectory holds its slot through tool calls (slime)")
     priority: PolicyName = Field(
         DEFAULT_POLICY,
         description="venus: the rule that marks the groups the next step needs HIGH (length_prediction: the "
@@ -32,10 +37,27 @@ class SchedulerConfig(Section):
         "only). The baselines rank no group, so with them it must be left unset")
     engines: int = Field(1, ge=1, description="rollout engines (in-process on the local runtime)")
     slots_per_engine: int = Field(16, ge=1, description="turns generating at once per engine")
+    live_set: bool = Field(
+        True, description="venus: pause programs, least urgent first, so the live ones' KV fits each engine's "
+        "pool (rollout/live_set.py), as ThunderAgent does but ranked by the trainer's need; false: every "
+        "runnable turn competes for KV. thunderagent always pauses (its own rule); the others never do")
+    live_set_interval_s: float = Field(
+        THUNDERAGENT_INTERVAL_S, gt=0, description="seconds between live-set checks (ThunderAgent's "
+        "scheduler_interval, 5 s)")
+    acting_token_decay: bool = Field(
+        False, description="a resume counts a program's tokens in a tool call with a 2^-t decay, t its seconds "
+        "there (ThunderAgent's --use-acting-token-decay; off by default there too)")
 
     @property
     def slot_mode(self) -> SlotMode:
         return SLOT_MODES[self.policy]
+
+    @property
+    def live_set_rule(self) -> LiveSetRuleName | None:
+        """The rule that pauses programs: ThunderAgent's, venus's, or none."""
+        if self.policy == "thunderagent":
+            return "thunderagent"
+        return "venus" if self.policy == "venus" and self.live_set else None
 
     @property
     def ranking(self) -> PolicyName:

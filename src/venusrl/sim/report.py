@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 _VALUES = ("throughput", "speedup", "first_batch_speedup", "end_to_end_speedup")  # a row's other keys label its case
-_NOT_LABELS = (*_VALUES, "seeds")
+_PER_SEED = ("end_to_end_speedup", "hit_rate")  # also listed seed by seed (`<key>_per_seed`)
+_NOT_LABELS = (*_VALUES, "seeds", *(f"{key}_per_seed" for key in _PER_SEED))
 
 
 def rows(cases: list[dict[str, Any]], reference: str, invert: bool = False) -> list[dict[str, Any]]:
@@ -27,6 +28,8 @@ def rows(cases: list[dict[str, Any]], reference: str, invert: bool = False) -> l
             by_seed.setdefault(run.get("seed", 0), []).append(run)
         per_seed = [_ratio_row(runs, reference, invert) for runs in by_seed.values()]
         row = {key: _median(r[key] for r in per_seed) for key in _VALUES}
+        for key in _PER_SEED:
+            row[f"{key}_per_seed"] = {name: [r[key].get(name) for r in per_seed] for name in per_seed[0][key]}
         out.append({**case["label"], **({"seeds": len(per_seed)} if len(per_seed) > 1 else {}), **row})
     return out
 
@@ -39,7 +42,8 @@ def _ratio_row(runs: list[dict[str, Any]], reference: str, invert: bool) -> dict
     last_step = {run["name"]: 1 / run["step_times"][-1] if run.get("step_times") else None for run in runs}
     return {"throughput": throughput, "speedup": _ratios(throughput, reference, invert),
             "first_batch_speedup": _ratios(first_batch, reference, invert),
-            "end_to_end_speedup": _ratios(last_step, reference, invert)}
+            "end_to_end_speedup": _ratios(last_step, reference, invert),
+            "hit_rate": {run["name"]: run.get("engine", {}).get("hit_rate") for run in runs}}
 
 
 def _median(values: Any) -> dict[str, float | None]:
@@ -67,7 +71,7 @@ def markdown(table: list[dict[str, Any]], reference: str, paper: dict[int, tuple
     others = [n for n in names if n != reference]
     ratio = [f"{reference} / {n}" if invert else f"{n} / {reference}" for n in others]
     header = [*label_keys, *(f"{n} tok/s" for n in names), *ratio, *(f"{r} (first batch)" for r in ratio),
-              *(f"{r} (to the last step)" for r in ratio)]
+              *(f"{r} (to the last step)" for r in ratio), f"prefix hit rate {' / '.join(names)} (per seed)"]
     if paper:
         header.append("paper (Table 1)")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -78,6 +82,8 @@ def markdown(table: list[dict[str, Any]], reference: str, paper: dict[int, tuple
         cells += [f"{row['throughput'][n]:,.0f}" for n in names]
         for values in ("speedup", "first_batch_speedup", "end_to_end_speedup"):
             cells += [f"{row[values][n]:.2f}x" if row[values][n] is not None else "-" for n in others]
+        cells.append(" / ".join(",".join(f"{v:.2f}" if v is not None else "-" for v in row["hit_rate_per_seed"][n])
+                                for n in names))
         if paper:
             cells.append(" / ".join(f"{v:.2f}" for v in paper.get(row.get("batch"), ())))
         lines.append("| " + " | ".join(cells) + " |")

@@ -5,25 +5,21 @@ same `Config` the training run reads. What a preset does not set is the real def
 - `slime`: trajectory-level slots (`scheduler.policy: trajectory_level`: a trajectory keeps
   its slot through tool calls), no group priority, SGLang's LRU radix cache.
 - `rollflash`: action-level slots (`scheduler.policy: action_level`), no group priority, LRU.
-- `thunderagent`: program-aware scheduling (ThunderAgent) with no trainer priority: every
-  program is HIGH in the engine (`scheduler.priority: action_level` marks no group, and the
-  worker declares every program HIGH), and when the programs' KV outgrows the pool the
-  engine's demotion pauses the programs with no request in the engine (waiting on a tool or
-  for a slot) first, smallest first, then generating ones, smallest first
-  (`engine.demotion_order: idle_first`; a paused generating request is retracted before
-  others). Concurrency is the same bound as the others' (`scheduler.slots_per_engine`,
-  `engine.max_running_requests`): the slots are granted non-paused programs before paused
-  ones, and a non-paused program that finds them full takes the slot of the latest paused
-  holder, so a paused program never blocks the programs whose KV keeps it paused.
+- `thunderagent`: ThunderAgent in front of SGLang (`scheduler.policy: thunderagent`): turns
+  forwarded as they come (action-level slots, the same concurrency bound as the others'),
+  SGLang's LRU radix cache, and its capacity scheduling (`rollout/live_set.py`, the source's
+  lines cited there): every 5 s, programs pause, those in a tool call first, smallest first,
+  so the live ones' KV fits each engine's pool, and resume by its order; a paused program's
+  turn waits outside the engine. No trainer priority.
 - `venus`: the training config's defaults: priority slots, the length-prediction rule,
-  tiers + demotion, orchestration. As in §4.3, a demoted trajectory is LOW, for its slot as
-  well as its KV.
+  tiers + demotion, orchestration, and the live set ranked by the trainer's need (PROMOTED
+  and critical programs stay live; the others pause first). As in §4.3, a demoted trajectory
+  is LOW, for its slot as well as its KV.
 - Table 1's ablations: `baseline` (= rollflash), then `+priority`, `+kv_residency`,
-  `+migration` (= venus).
+  `+migration` (the paper's venus, without the live set), then `+live_set` (= venus).
 
 Moves between engines are the training config's `rollout.orchestration` (off in every
-system but venus and +migration). One switch has no training-config field, so it is the
-preset's own: `program_aware` (ThunderAgent's slots; not in the real worker).
+system but venus and +migration).
 """
 
 from __future__ import annotations
@@ -61,25 +57,26 @@ FLUSH_AT_WEIGHT_UPDATE = {"engine.kv_after_weight_update": "recompute"}
 
 # No turn moves between engines (only venus moves them; the slot-level baselines could not anyway).
 NO_MOVES = {"rollout.orchestration": False}
+# The paper's venus: every runnable turn competes for KV (no programs paused).
+NO_LIVE_SET = {"scheduler.live_set": False}
 
 
 @dataclass(slots=True, frozen=True)
 class Preset:
     overrides: Mapping[str, Any]  # dotted keys of the training config
-    program_aware: bool = False
 
 
 PRESETS: dict[str, Preset] = {
     "slime": Preset({"scheduler.policy": "trajectory_level", **SGLANG_CACHE, **FLUSH_AT_WEIGHT_UPDATE, **NO_MOVES}),
     "rollflash": Preset({"scheduler.policy": "action_level", **SGLANG_CACHE, **FLUSH_AT_WEIGHT_UPDATE, **NO_MOVES}),
-    "thunderagent": Preset({"scheduler.policy": "venus", "scheduler.priority": "action_level",
-                            "engine.demotion_order": "idle_first", **FLUSH_AT_WEIGHT_UPDATE, **NO_MOVES},
-                           program_aware=True),
+    "thunderagent": Preset({"scheduler.policy": "thunderagent", **SGLANG_CACHE, **FLUSH_AT_WEIGHT_UPDATE,
+                            **NO_MOVES}),
     "venus": Preset({}),
     "baseline": Preset({"scheduler.policy": "action_level", **SGLANG_CACHE, **NO_MOVES}),
-    "+priority": Preset({"scheduler.policy": "venus", **SGLANG_CACHE, **NO_MOVES}),
-    "+kv_residency": Preset({"scheduler.policy": "venus", **NO_MOVES}),
-    "+migration": Preset({}),
+    "+priority": Preset({"scheduler.policy": "venus", **SGLANG_CACHE, **NO_MOVES, **NO_LIVE_SET}),
+    "+kv_residency": Preset({"scheduler.policy": "venus", **NO_MOVES, **NO_LIVE_SET}),
+    "+migration": Preset(NO_LIVE_SET),
+    "+live_set": Preset({}),
 }
 
 
@@ -90,7 +87,6 @@ class SystemSpec:
 
     name: str
     config: Config
-    program_aware: bool = False  # thunderagent: all HIGH in the engine, slots by paused/not
 
     @property
     def orchestration(self) -> bool:
@@ -133,7 +129,7 @@ def system(name: str, policy: PolicyName | None = None, overrides: Mapping[str, 
         config = config_from(merged)
     except ConfigError as err:
         raise ValueError(f"system {name!r}: {err}") from None
-    return SystemSpec(name if policy is None else f"{name}[{policy}]", config, preset.program_aware)
+    return SystemSpec(name if policy is None else f"{name}[{policy}]", config)
 
 
 SYSTEMS = {name: system(name) for name in PRESETS}

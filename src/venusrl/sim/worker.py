@@ -20,6 +20,7 @@ from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.coordinator.decisions import Decisions
 from venusrl.engine.request import PartialOutput
 from venusrl.rollout.core import Action, Grant, Preempt, RolloutCore, SetEnginePriority
+from venusrl.rollout.live_set import BUFFER_PER_PROGRAM
 from venusrl.rollout.orchestrator import Move
 from venusrl.rollout.slots import SlotScheduler
 from venusrl.sim.engine import SimEngine
@@ -107,9 +108,14 @@ class SimWorker:
     _by_request: dict[str, SimTrajectory] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        scheduler = self.system.config.scheduler
+        # the live set counts in the simulator's units: the pool's, and ThunderAgent's buffer scaled
         self.core = RolloutCore(self.coordinator, len(self.engines), self.slots_per_engine, self.system.slot_mode,
                                 demotion_aware=self.system.demotion, orchestration=self.system.orchestration,
-                                program_aware=self.system.program_aware)
+                                live_set=scheduler.live_set_rule, acting_decay=scheduler.acting_token_decay,
+                                kv_capacity_tokens=self.engines[0].scheduler.allocator.capacity_tokens,
+                                buffer_tokens=max(1, round(BUFFER_PER_PROGRAM / self.quantum)),
+                                context_tokens=lambda tid: len(self.live[tid].token_ids))
         for engine in self.engines:
             engine.on_finished = self._on_request_finished
 
@@ -122,6 +128,8 @@ class SimWorker:
         if self.core.orchestration:
             self.loop.after(self.orchestration_interval_s, self._orchestrate)
         self.loop.after(self.system.config.rollout.demotion_refresh_interval_s, self._refresh_demotions)
+        if self.core.live_set is not None:
+            self.loop.after(self.system.config.scheduler.live_set_interval_s, self._check_live_set)
 
     # ---- coordinator decisions and the core's actions ----------------------------------------
 
@@ -178,8 +186,8 @@ class SimWorker:
             token_ids=list(self.prompt_ids_of(trajectory)), generated_mask=[],
         )  # fmt: skip
         sim.generated_mask.extend([False] * len(sim.token_ids))
+        self.live[sim.id] = sim  # first: the core's live set reads its context when placing it
         self.core.place(sim.id)
-        self.live[sim.id] = sim
         self._turn_start(sim, list(sim.token_ids))
 
     def _turn_start(self, t: SimTrajectory, context_ids: list[int]) -> None:
@@ -246,7 +254,7 @@ class SimWorker:
         t.held_from = None  # a preempted hold is part of a turn only: not timed, as in the real worker
         self._take_output(t, partial)
         self.counts.preemptions += 1
-        self._act(self.core.release_slot(t.id))
+        self._act(self.core.release_slot(t.id, self.loop.now))
         self._request_slot(t)
 
     def _take_output(self, t: SimTrajectory, output: PartialOutput) -> None:
@@ -276,7 +284,7 @@ class SimWorker:
         if t.held_from is not None:  # the real worker times the same holds: grant (or resume) to turn end
             self.core.turn_held(self.loop.now - t.held_from)
             t.held_from = None
-        self._act(self.core.release_slot(t.id))
+        self._act(self.core.release_slot(t.id, self.loop.now))
         units = t.into_turn
         turn_ids = t.token_ids[len(t.token_ids) - units :]
         last = t.turn == len(t.gen_units) - 1
@@ -346,6 +354,12 @@ class SimWorker:
                                         self.orchestration_threshold))
         if self.live or not self.coordinator.finished:
             self.loop.after(self.orchestration_interval_s, self._orchestrate)
+
+    def _check_live_set(self) -> None:
+        """As the real worker: every `scheduler.live_set_interval_s`, the live-set check."""
+        self._act(self.core.check_live_set(self.loop.now))
+        if self.live or not self.coordinator.finished:
+            self.loop.after(self.system.config.scheduler.live_set_interval_s, self._check_live_set)
 
     def _refresh_demotions(self) -> None:
         """As the real worker: every `rollout.demotion_refresh_interval_s`, the engines where

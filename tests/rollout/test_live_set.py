@@ -1,0 +1,114 @@
+"""The live set: ThunderAgent's pause and resume rule as its source has it, and venus's rule
+over the same mechanism."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from venusrl.rollout.live_set import LiveSet
+
+
+def live(capacity: int, programs: dict[str, tuple[int, bool]], rule="thunderagent", urgency=None) -> LiveSet:
+    """One engine; `programs`: key -> (tokens, in a tool call), each its own group, started live."""
+    live_set = LiveSet([capacity], rule, buffer_tokens=0, urgency=urgency)
+    for group, (key, (tokens, acting)) in enumerate(programs.items()):
+        live_set.start(key, group, 0, engine=0)
+        live_set.wants(key, tokens)
+        if acting:
+            live_set.acted(key, tokens, now=0.0)
+    return live_set
+
+
+def test_thunderagent_pauses_programs_in_a_tool_call_first_smallest_first():
+    """Over capacity by 250: the smallest ACTING program (200) pauses, then the next (300);
+    the REASONING ones are left alone once the engine fits."""
+    s = live(1000, {"act300": (300, True), "act200": (200, True), "gen100": (100, False), "gen650": (650, False)})
+    assert s.remaining(0) == -250
+    s.check(now=1.0)
+    assert [k for k, p in s.programs.items() if p.paused] == ["act300", "act200"]
+    assert not any(p.marked for p in s.programs.values())
+
+
+def test_thunderagent_marks_every_generating_program_once_the_idle_ones_are_paused():
+    """The source's loop reads a capacity that a mark does not change, so once no ACTING
+    program is left it marks every REASONING one; each pauses at its next tool call."""
+    s = live(500, {"act100": (100, True), "gen300": (300, False), "gen400": (400, False)})
+    s.check(now=1.0)
+    assert s.programs["act100"].paused
+    assert s.programs["gen300"].marked and s.programs["gen400"].marked
+    s.acted("gen300", 320, now=2.0)
+    assert s.programs["gen300"].paused and not s.programs["gen300"].marked
+
+
+def test_thunderagent_resumes_pending_requests_then_new_programs_then_idle_ones_smallest_first():
+    s = LiveSet([1000], buffer_tokens=0)
+    for group, key in enumerate(["pending", "idle", "blocker"]):
+        s.start(key, group, 0, engine=0)
+        s.wants(key, 400 if key != "blocker" else 900)
+        s.wants(key, 400 if key != "blocker" else 900)  # a second request: no longer new
+    s.acted("idle", 400, now=0.0)
+    s.acted("pending", 400, now=0.0)
+    s.check(now=1.0)  # 1700 > 1000: the two idle ones pause, smallest first, and that fits
+    assert s.programs["pending"].paused and s.programs["idle"].paused
+    assert not s.wants("pending", 400)  # its next turn waits for a resume
+    s.start("new", 9, 300, engine=0)  # a program is paused: new ones queue behind it
+    assert s.programs["new"].paused
+    s.finish("blocker")
+    # 1000 of room: pending (400), then new (300); idle (400) does not fit after them
+    assert s.check(now=2.0) == [("pending", True), ("new", False)]
+    assert s.programs["idle"].paused
+
+
+def test_a_program_larger_than_the_pool_resumes_alone():
+    s = LiveSet([500], buffer_tokens=100)
+    s.start("small", 0, 100, engine=0)
+    s.start("huge", 1, 100, engine=0)
+    s.wants("small", 100), s.wants("huge", 100)
+    s.acted("huge", 700, now=0.0)
+    s.check(now=1.0)
+    assert s.programs["huge"].paused and not s.wants("huge", 700)
+    assert s.check(now=2.0) == []  # "small" is live: "huge" would not fit beside it
+    s.finish("small")
+    assert s.check(now=3.0) == [("huge", True)]
+
+
+def test_venus_pauses_the_least_urgent_first_never_a_promoted_one_and_marks_only_what_it_needs():
+    urgency = {"promoted": (0, 0.0), "high_idle": (1, 0.0), "low_gen": (2, 0.0), "low_idle": (2, 0.0),
+               "low_gen2": (2, 0.0)}
+    s = live(1000, {"promoted": (500, True), "high_idle": (100, True), "low_idle": (150, True),
+                    "low_gen": (200, False), "low_gen2": (300, False)}, "venus", urgency.__getitem__)
+    assert s.remaining(0) == -250
+    s.check(now=1.0)
+    # LOW first: the idle one pauses (150), then the smaller generating one is marked (200 covers
+    # the remaining 100); the HIGH and PROMOTED programs and the other LOW one run on
+    assert [k for k, p in s.programs.items() if p.paused] == ["low_idle"]
+    assert [k for k, p in s.programs.items() if p.marked] == ["low_gen"]
+    s.check_fits()
+
+
+programs = st.lists(st.tuples(st.integers(1, 400), st.booleans(), st.integers(0, 2)), min_size=1, max_size=12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 3), programs, st.lists(st.tuples(st.integers(0, 11), st.integers(0, 300)), max_size=30))
+def test_venus_live_demand_fits_each_pool_after_every_check(engines, starts, growth):
+    """Venus's rule as an invariant: after each check, every engine's live demand less what is
+    marked to pause fits its pool, or only PROMOTED programs are left to pause there."""
+    urgency = {i: (cls, 0.0) for i, (_, _, cls) in enumerate(starts)}
+    s = LiveSet([600] * engines, "venus", buffer_tokens=20, urgency=urgency.__getitem__)
+    for i, (tokens, acting, _) in enumerate(starts):
+        s.start(i, i % 3, tokens, engine=i % engines)
+        s.wants(i, tokens)
+        if acting:
+            s.acted(i, tokens, now=0.0)
+    for step, (index, grown) in enumerate(growth):
+        key = index % len(starts)
+        program = s.programs[key]
+        if program.acting and not program.paused:
+            s.wants(key, program.tokens + grown)
+        elif not program.paused:
+            s.acted(key, program.tokens + grown, now=float(step))
+        s.check(now=float(step))
+        s.check_invariants()
+        s.check_fits()
