@@ -9,6 +9,10 @@ in Ray actors.
     TrainerActor   policy model and streaming trainer
     NodeAgentActor one per sandbox node agent, spread over the nodes (ray_sandbox.py)
 
+Nodes advertising a role (ray_nodes.py) take only that role's actors: `venusrl_engine`
+the engine actors, `venusrl_sandbox` the node agents, `venusrl_trainer` the rollout and
+trainer actors.
+
 New weights go from the trainer actor to the rollout actor through the object store,
 never through this process; the rollout actor pushes them to each engine actor by the
 transport `engine.weight_sync` picks (weights/placement.py): shared memory to one on its
@@ -41,6 +45,7 @@ from venusrl.engine.placement import engine_spec
 from venusrl.runtime.driver import TrainingDriver
 from venusrl.runtime.local import prepare
 from venusrl.runtime.ray_actors import EngineActor, RolloutActor, TrainerActor
+from venusrl.runtime.ray_nodes import role_options
 from venusrl.trainer.checkpoint import Checkpoint
 from venusrl.types import Prompt
 
@@ -125,8 +130,9 @@ async def open_actors(config: Config, run_dir: Path, train_prompts: list[Prompt]
     if config.engine.placement == "process":
         engine_actors = start_engine_actors(config.scheduler.engines, engine_actor_gpus(config, cluster_gpus))
         rollout_gpus = 0  # the engines hold the rollout side's GPUs
-    rollout_actor = ray.remote(RolloutActor).options(num_gpus=rollout_gpus, max_concurrency=ROLLOUT_CONCURRENCY).remote()
-    trainer_actor = ray.remote(TrainerActor).options(num_gpus=trainer_gpus).remote()
+    rollout_actor = ray.remote(RolloutActor).options(num_gpus=rollout_gpus, max_concurrency=ROLLOUT_CONCURRENCY,
+                                                     **role_options("trainer")).remote()
+    trainer_actor = ray.remote(TrainerActor).options(num_gpus=trainer_gpus, **role_options("trainer")).remote()
     rollout, trainer = ActorProxy(rollout_actor), TrainerProxy(trainer_actor)
     try:
         if engine_actors:
@@ -154,8 +160,8 @@ def start_engine_actors(count: int, gpus: float) -> list[Any]:
     """`count` engine actors, spread over the cluster's nodes, `gpus` GPUs each. They reserve
     no CPU: an engine's compute is its GPU, and on a CPU-only cluster the engines share the
     node's cores as in-process engines share the rollout actor's (placement `in_process`)."""
-    return [ray.remote(EngineActor).options(num_cpus=0, num_gpus=gpus, scheduling_strategy="SPREAD").remote()
-            for _ in range(count)]
+    options = {"num_cpus": 0, "num_gpus": gpus, "scheduling_strategy": "SPREAD", **role_options("engine")}
+    return [ray.remote(EngineActor).options(**options).remote() for _ in range(count)]
 
 
 async def open_engine_actors(actors: list[Any], spec: Any, run_dir: Path | None = None,
