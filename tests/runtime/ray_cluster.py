@@ -175,6 +175,12 @@ class NamespacedCluster:
             node.process.wait(timeout=30)
         return len(pids)
 
+    def revive(self, node: Node) -> None:
+        """Start a killed node's Ray again (a new Ray node at the same address) and wait until
+        the cluster counts every node alive."""
+        self._start_ray(node, head=False)
+        self.wait_for_nodes(len(self.nodes))
+
     def set_link(self, node: Node, up: bool) -> None:
         """Cut (or restore) the node's link to the others: its veth on the bridge down (up)."""
         _ip("link", "set", node.root_veth, "up" if up else "down")

@@ -191,7 +191,13 @@ async def _shutdown(rollout_actor: Any, trainer_actor: Any, engine_actors: list[
     """Close the rollout side (engines, predictor, node agents), then end the actors."""
     try:
         await asyncio.wait_for(rollout_actor.close.remote(), CLOSE_TIMEOUT_S)
-        await asyncio.wait_for(asyncio.gather(*(actor.close.remote() for actor in engine_actors)), CLOSE_TIMEOUT_S)
+        # each on its own: an engine actor lost with its node must not keep the others open
+        closed = await asyncio.wait_for(asyncio.gather(*(actor.close.remote() for actor in engine_actors),
+                                                       return_exceptions=True), CLOSE_TIMEOUT_S)
+        for index, result in enumerate(closed):
+            if isinstance(result, BaseException):
+                log.info("engine actor %d did not close (%s: lost with its node or process)", index,
+                         type(result).__name__)
     except (RayError, asyncio.TimeoutError) as err:
         log.warning("rollout actor or an engine actor did not close cleanly: %s", err)
     finally:

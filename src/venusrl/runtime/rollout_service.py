@@ -1,7 +1,11 @@
 """The rollout side of a training run: coordinator, length predictor, engines, sandbox
 cluster and rollout worker, wired from one `Config`. Ready groups come out of `ready`;
 new weights go in through `push_weights`. The local runtime drives it in-process; the Ray
-runtime hosts it in an actor."""
+runtime hosts it in an actor.
+
+The worker reaches the engines through an `EngineFailover` (engine_failover.py): a lost
+engine's turns resume on the others; weight pushes, stats and shutdown go to the live
+engines only. Once no engine is left, `next_group` raises `AllEnginesLost`."""
 
 from __future__ import annotations
 
@@ -15,12 +19,14 @@ from venusrl.config import Config
 from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.coordinator.predictors import BackgroundPredictor, make_predictor
 from venusrl.coordinator.snapshot import CoordinatorSnapshot
+from venusrl.engine.async_engine import EngineStopped
 from venusrl.engine.placement import open_engines
 from venusrl.env.registry import environment_factory
 from venusrl.model.chat import load_tokenizer
 from venusrl.model.checkpoint import resolve_dtype
 from venusrl.rollout.worker import RolloutWorker, next_ready
 from venusrl.runtime.config import SchedulerPolicy
+from venusrl.runtime.engine_failover import AllEnginesLost, EngineFailover
 from venusrl.runtime.evaluation import scored_episodes
 from venusrl.sandbox.cluster import LocalCluster
 from venusrl.sandbox.errors import SandboxError
@@ -55,7 +61,10 @@ class RolloutService:
                                             sync.group_timeout_s)
         self.async_engines = open_engines(model_dir, config.engine, config.model, config.scheduler.engines,
                                           weight_version, engine_handshakes, group)
+        self.failover = EngineFailover(self.async_engines)
+        self.weight_group = group
         self.pusher = WeightPusher(self.async_engines, sync, resolve_dtype(config.model.dtype), group)
+        self._pushing_to = self.failover.live()
         self.tokenizer = load_tokenizer(model_dir)
         self.tokenizer.configure(config.model.chat_template_kwargs, config.model.tool_call_format)
         self.env_factory = environment_factory(config.rollout.environment)
@@ -72,7 +81,7 @@ class RolloutService:
         self.ready: asyncio.Queue[Group] = asyncio.Queue()
         self._task: asyncio.Task | None = None
         self.worker = RolloutWorker(
-            self.coordinator, self.async_engines, self.tokenizer, self.env_factory, config.rollout,
+            self.coordinator, self.failover.clients, self.tokenizer, self.env_factory, config.rollout,
             slots=config.scheduler.slots_per_engine, mode=config.scheduler.slot_mode, predictor=self.predictor,
             sandboxes=self.cluster.controller if self.cluster else None, on_ready=self.ready.put_nowait)
         log.info("rollout: %d engine(s) (%s), %s scheduling, environment %s, weight version %d",
@@ -84,7 +93,20 @@ class RolloutService:
         for group in self.coordinator.untrained_groups():
             self.ready.put_nowait(group)
         self._stop = asyncio.Event()
-        self._task = asyncio.create_task(self.worker.run(stop=self._stop))
+        self._task = asyncio.create_task(self._run_worker())
+        self._watch = asyncio.create_task(self.failover.watch())
+
+    async def _run_worker(self) -> None:
+        """The worker, until it ends or the last engine is lost (then it stops and this raises)."""
+        worker = asyncio.create_task(self.worker.run(stop=self._stop))
+        all_lost = asyncio.create_task(self.failover.all_lost.wait())
+        await asyncio.wait([worker, all_lost], return_when=asyncio.FIRST_COMPLETED)
+        all_lost.cancel()
+        if self.failover.all_lost.is_set():
+            self._stop.set()
+            await asyncio.gather(worker, return_exceptions=True)
+            raise AllEnginesLost(f"every engine is lost ({self.failover.stats()})")
+        worker.result()
 
     async def next_group(self) -> Group | None:
         """The next ready group, in the order the coordinator retires them; None once the
@@ -96,9 +118,28 @@ class RolloutService:
         (weights/pusher.py; in-flight requests carry on, each token recording its version);
         the coordinator then retires the trained groups and refills the window. The seconds
         each transport took."""
-        seconds = await self.pusher.push(weights, version)
+        try:
+            seconds = await self._push(weights, version)
+        except EngineStopped as err:  # an engine went during the push: once more to the rest
+            for index in self.failover.live():
+                await self.failover.check(index, err)
+            seconds = await self._push(weights, version)
         self.worker.on_weight_version(version)
         return seconds
+
+    async def _push(self, weights: dict, version: int) -> dict[str, float]:
+        """A push to the live engines; after a loss, through a pusher over those only."""
+        live = self.failover.live()
+        if live != self._pushing_to:
+            if self.weight_group is not None:
+                raise AllEnginesLost(f"engine(s) {sorted(set(self._pushing_to) - set(live))} lost: the broadcast "
+                                     "weight group cannot lose a member; the run stops (it resumes from its last "
+                                     "checkpoint)")
+            self.pusher.close()
+            self.pusher = WeightPusher([self.async_engines[i] for i in live], self.config.engine.weight_sync,
+                                       resolve_dtype(self.config.model.dtype))
+            self._pushing_to = live
+        return await self.pusher.push(weights, version)
 
     async def save_state(self, directory: Path) -> None:
         """Coordinator snapshot and predictor into a checkpoint directory. Called right after
@@ -115,14 +156,20 @@ class RolloutService:
                 "stale_discard_tokens": list(self.coordinator.stale_discard_tokens)}
 
     async def stats(self) -> dict[str, float]:
-        engine_stats = [await engine.stats() for engine in self.async_engines]
-        health = [await engine.health() for engine in self.async_engines]
+        engine_stats, health = [], []
+        for index in self.failover.live():
+            engine = self.async_engines[index]
+            try:
+                engine_stats.append(await engine.stats())
+                health.append(await engine.health())
+            except EngineStopped as err:  # lost (then left out from now on), or back for the next sample
+                await self.failover.check(index, err)
         prompt = sum(s.prompt_tokens for s in engine_stats)
         cached = sum(s.cached_tokens for s in engine_stats)
         stats = {"kv_hit_rate": cached / prompt if prompt else 0.0, "groups_ready": self.coordinator.ready_waiting,
                  "live_trajectories": self.worker.live_trajectories,
                  "engine_live_trajectories": sum(s.live_trajectories for s in engine_stats),
-                 "engine_restarts": sum(h.restarts for h in health)}
+                 "engine_restarts": sum(h.restarts for h in health), **self.failover.stats()}
         if self.cluster is not None:
             stats["sandboxes_live"] = len(self.cluster.controller.routes)
         return stats
@@ -145,18 +192,20 @@ class RolloutService:
         HIGH priority (ahead of the rollout's work)."""
         if not prompts:
             return float("nan")
-        episodes = await scored_episodes(self.async_engines, self.tokenizer, self.env_factory, self.config.rollout,
+        episodes = await scored_episodes(self.failover.clients, self.tokenizer, self.env_factory, self.config.rollout,
                                          prompts, sandboxes=self.cluster.controller if self.cluster else None,
                                          priority=Priority.HIGH)
         return sum(e.scores["graded"] for e in episodes) / len(episodes)
 
     async def close(self) -> None:
+        self.failover.closing = True
         if self._task is not None:
             self._stop.set()
-            await asyncio.gather(self._task, return_exceptions=True)
+            self._watch.cancel()
+            await asyncio.gather(self._task, self._watch, return_exceptions=True)
         try:
-            for engine in self.async_engines:
-                await engine.shutdown()
+            for index in self.failover.live():  # a lost engine's actor or process is ended by its owner
+                await self.async_engines[index].shutdown()
         finally:  # the weight segment is a model's worth of shared memory: freed whatever failed above
             self.pusher.close()
             if self.predictor is not None:
