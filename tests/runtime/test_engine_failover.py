@@ -1,0 +1,76 @@
+"""`EngineFailover` over two in-process engines: a turn whose engine stops mid-stream resumes
+on the other from its delivered tokens, one stream to the caller with the tokens, log-probs
+and versions of an uninterrupted turn; later calls go to the survivor; with no engine left,
+calls raise `AllEnginesLost`."""
+
+import asyncio
+
+import pytest
+
+from venusrl.engine.async_engine import AsyncEngine
+from venusrl.engine.config import EngineConfig
+from venusrl.engine.engine import Engine
+from venusrl.model.checkpoint import load_model
+from venusrl.runtime.engine_failover import AllEnginesLost, EngineFailover
+from venusrl.types import Priority, SamplingParams
+
+CONFIG = EngineConfig(kv_capacity_tokens=512, page_size=4)
+GREEDY = SamplingParams(max_new_tokens=12, temperature=0, stop_token_ids=(-1,))
+PROMPT = list(range(1, 41))
+
+
+async def _final(stream):
+    final = None
+    async for output in stream:
+        final = output
+    return final
+
+
+def _engines(model_dir, count):
+    return [AsyncEngine(Engine(load_model(model_dir), CONFIG)) for _ in range(count)]
+
+
+def test_a_turn_cut_by_its_engines_loss_resumes_on_the_other_with_its_tokens(tiny_model_dir):
+    async def scenario():
+        engines = _engines(tiny_model_dir, 2)
+        try:
+            reference = await _final(engines[1].generate(PROMPT, GREEDY, Priority.HIGH, "reference"))
+            failover = EngineFailover(engines)
+            client = failover.clients[0]
+            seen, cut_after = [], None
+            async for output in client.generate(PROMPT, GREEDY, Priority.HIGH, "cut"):
+                seen.append(output)
+                if cut_after is None and len(output.output_ids) >= 4:
+                    cut_after = len(output.output_ids)
+                    await engines[0].shutdown()  # the engine thread ends: its stream fails with EngineStopped
+            after = await _final(client.generate(PROMPT, GREEDY, Priority.HIGH, "after"))
+            return reference, seen, cut_after, failover, after
+        finally:
+            await engines[1].shutdown()
+
+    reference, seen, cut_after, failover, after = asyncio.run(scenario())
+    final = seen[-1]
+    assert final.finished and final.output_ids == reference.output_ids
+    assert final.logprobs == pytest.approx(reference.logprobs, abs=1e-4)
+    assert final.weight_versions == reference.weight_versions
+    # one stream: each output extends the last, nothing delivered twice
+    for earlier, later in zip(seen, seen[1:]):
+        assert later.output_ids[:len(earlier.output_ids)] == earlier.output_ids
+    assert failover.live() == [1] and failover.serving == [1, 1]
+    assert failover.stats()["engines_lost"] == 1 and failover.stats()["turns_resumed"] == 1
+    # the survivor re-reads the prompt and what was delivered before the loss (at least the
+    # tokens seen at the cut; the stopping engine may hand over one more step)
+    assert cut_after <= failover.stats()["tokens_recomputed"] - len(PROMPT) < len(final.output_ids)
+    assert after.output_ids == reference.output_ids  # served by the survivor
+
+
+def test_with_every_engine_lost_a_call_raises(tiny_model_dir):
+    async def scenario():
+        engines = _engines(tiny_model_dir, 1)
+        await engines[0].shutdown()
+        failover = EngineFailover(engines)
+        with pytest.raises(AllEnginesLost, match="every engine is lost"):
+            await _final(failover.clients[0].generate(PROMPT, GREEDY, Priority.HIGH, "t"))
+        return failover
+
+    assert asyncio.run(scenario()).all_lost.is_set()
