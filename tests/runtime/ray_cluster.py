@@ -57,7 +57,9 @@ class Node:
     process: subprocess.Popen | None = None
 
     def exec_prefix(self) -> list[str]:
-        return ["ip", "netns", "exec", self.name]
+        # nsenter, not `ip netns exec`: that remounts /sys for the namespace, hiding
+        # /sys/fs/cgroup from the sandbox node agents
+        return ["nsenter", f"--net=/var/run/netns/{self.name}"]
 
 
 @dataclass
@@ -77,6 +79,7 @@ class NamespacedCluster:
         return f"{self.head.ip}:{RAY_PORT}"
 
     def start(self, workers: int = 2) -> None:
+        self.cgroups_before = set(_run_cgroups())
         subnet = f"10.{200 + os.getpid() % 50}.{os.getpid() % 250}"
         self.bridge = f"{self.tag}br"
         _ip_or_unavailable("link", "add", self.bridge, "type", "bridge")
@@ -202,6 +205,18 @@ class NamespacedCluster:
             _run(["ip", "link", "del", self.bridge], check=False)
         if getattr(self, "ray_temp", None) is not None:
             shutil.rmtree(self.ray_temp, ignore_errors=True)
+        # a killed node's agent could not remove its (now empty) cgroups: this machine is its host
+        for root in set(_run_cgroups()) - getattr(self, "cgroups_before", set()):
+            for directory in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+            with contextlib.suppress(OSError):
+                root.rmdir()
+
+
+def _run_cgroups() -> list[Path]:
+    """The sandbox runs' cgroup roots on this machine (sandbox/cgroups.py names them venusrl-*)."""
+    return list(Path("/sys/fs/cgroup").glob("*/venusrl-*")) + list(Path("/sys/fs/cgroup").glob("venusrl-*"))
 
 
 def _pythonpath() -> str:
@@ -223,8 +238,9 @@ def _ip(*args: str) -> None:
 
 def _ip_or_unavailable(*args: str) -> None:
     """The first of its kind: a failure here means the capability is missing, not a bug."""
-    if shutil.which("ip") is None:
-        raise Unavailable("cannot create network namespaces: the `ip` command (iproute2) is missing")
+    for tool, package in (("ip", "iproute2"), ("nsenter", "util-linux")):
+        if shutil.which(tool) is None:
+            raise Unavailable(f"cannot create network namespaces: the `{tool}` command ({package}) is missing")
     result = subprocess.run(["ip", *args], capture_output=True, text=True)
     if result.returncode != 0:
         what = "network namespaces" if args[0] == "netns" else "a bridge and veth pairs"

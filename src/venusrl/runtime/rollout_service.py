@@ -171,7 +171,10 @@ class RolloutService:
                  "engine_live_trajectories": sum(s.live_trajectories for s in engine_stats),
                  "engine_restarts": sum(h.restarts for h in health), **self.failover.stats()}
         if self.cluster is not None:
-            stats["sandboxes_live"] = len(self.cluster.controller.routes)
+            controller = self.cluster.controller
+            stats["sandboxes_live"] = len(controller.routes)
+            stats["sandbox_nodes_lost"] = sum(not alive for alive in controller.alive.values())
+            stats["sandboxes_recovered"] = len(controller.recoveries)
         return stats
 
     async def sandbox_samples(self) -> list[dict]:
