@@ -21,6 +21,7 @@ veths or a bridge cannot be made; `close` removes what was made, also after a fa
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 RAY_PORT = 6379
+_instances = itertools.count()
 START_TIMEOUT_S = 120.0
 # Dead nodes are declared after period x threshold without a health check answer (Ray's
 # default is 5 x 3 s); shorter here so a killed node's loss reaches the run sooner.
@@ -65,7 +67,7 @@ class Node:
 @dataclass
 class NamespacedCluster:
     workdir: Path
-    tag: str = field(default_factory=lambda: f"v{os.getpid() % 100000}")
+    tag: str = field(default_factory=lambda: f"v{os.getpid() % 10000}{next(_instances)}")  # unique names
     nodes: list[Node] = field(default_factory=list)
     bridge: str = ""
     made_namespaces: list[str] = field(default_factory=list)
@@ -89,8 +91,8 @@ class NamespacedCluster:
         for index, resources in enumerate(roles):
             node = Node(f"{self.tag}n{index}", f"{subnet}.{index + 2}", f"{self.tag}v{index}", resources,
                         num_cpus=2 if index == 0 else 1)
+            self.nodes.append(node)  # first: `close` removes what a failed `_make_namespace` made
             self._make_namespace(node)
-            self.nodes.append(node)
         temp_dir = tempfile.mkdtemp(prefix="vrlray-")  # short: Ray's unix socket paths must fit 107 bytes
         self.ray_temp = Path(temp_dir)
         self._start_ray(self.head, head=True)
@@ -199,7 +201,9 @@ class NamespacedCluster:
         for node in self.nodes:
             if node.name in self.made_namespaces:
                 self.kill(node)
-        for name in self.made_namespaces:  # deleting a namespace deletes the veth pair in it
+        for node in self.nodes:  # both ends at once (a namespace's own go only once nothing is left in it)
+            _run(["ip", "link", "del", node.root_veth], check=False)
+        for name in self.made_namespaces:
             _run(["ip", "netns", "del", name], check=False)
         if self.bridge:
             _run(["ip", "link", "del", self.bridge], check=False)

@@ -7,9 +7,11 @@ import asyncio
 
 import pytest
 
-from venusrl.engine.async_engine import AsyncEngine
+from venusrl.engine.async_engine import AsyncEngine, EngineStopped
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
+from venusrl.engine.remote.process import EngineSpec
+from venusrl.engine.remote.remote import spawn_engines
 from venusrl.model.checkpoint import load_model
 from venusrl.runtime.engine_failover import AllEnginesLost, EngineFailover
 from venusrl.types import Priority, SamplingParams
@@ -74,3 +76,26 @@ def test_with_every_engine_lost_a_call_raises(tiny_model_dir):
         return failover
 
     assert asyncio.run(scenario()).all_lost.is_set()
+
+
+def test_a_disconnected_engine_process_fails_its_stream_and_answers_a_ping_anew(tiny_model_dir):
+    """What the watchdog relies on: `disconnect` fails a waiting stream at once with
+    EngineStopped (a cut link would leave it hanging), and `ping` reconnects and is answered
+    by the process."""
+    (engine,) = spawn_engines([EngineSpec(model_dir=str(tiny_model_dir), engine=CONFIG)])
+
+    async def scenario():
+        stream = engine.generate(PROMPT, SamplingParams(max_new_tokens=200, temperature=0, stop_token_ids=(-1,)),
+                                 Priority.HIGH, "t")
+        first = await anext(stream)
+        engine.disconnect("test")
+        with pytest.raises(EngineStopped, match="disconnected: test"):
+            async for _ in stream:
+                pass
+        return first, await engine.ping()
+
+    try:
+        first, pinged = asyncio.run(scenario())
+    finally:
+        asyncio.run(engine.shutdown())
+    assert not first.finished and pinged is True

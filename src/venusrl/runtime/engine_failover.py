@@ -17,8 +17,9 @@ output).
 An engine is lost when:
 - a call or stream on it ends with `EngineStopped` and a health probe then gets no live
   answer within `probe_timeout_s` (a killed process or node refuses at once);
-- the watchdog's periodic probe gets no live answer within `probe_timeout_s` (a cut link:
-  nothing errs, everything hangs); its connection is then dropped, failing what waits on it.
+- the watchdog's periodic liveness probe (a `ping` its process answers, not its engine
+  thread) gets no answer within `probe_timeout_s` (a cut link: nothing errs, everything
+  hangs); its connection is then dropped, failing what waits on it.
 So a link cut is detected within `watch_interval_s + probe_timeout_s`.
 
 Invariant: `serving[i]` is never a lost engine while any engine lives; once none does, every
@@ -57,7 +58,9 @@ class EngineLoss:
     detected: float  # monotonic
     turns_resumed: int = 0
     tokens_recomputed: int = 0
-    recovery_s: float = 0.0  # from detection until the last of its resumed turns generated again
+    # the longest one of its resumed turns went without a token: from its last token there (or
+    # its submission) to its first on the survivor; detection included (a cut link's whole wait)
+    recovery_s: float = 0.0
 
     def record(self) -> dict[str, Any]:
         return {"engine": self.engine, "reason": self.reason, "turns_resumed": self.turns_resumed,
@@ -100,9 +103,17 @@ class EngineFailover:
         if not alive:
             self.lose(index, f"{error}; probe: {why}")
 
-    async def _probe(self, index: int) -> tuple[bool, str]:
+    async def _probe(self, index: int, liveness: bool = False) -> tuple[bool, str]:
+        """(alive, why): the engine's health (its engine thread runs), or with `liveness` only
+        that its process answers (`ping`, where the client has it: a long weight load on
+        the engine thread is no loss)."""
+        engine = self.engines[index]
+        ping = getattr(engine, "ping", None) if liveness else None
         try:
-            health = await asyncio.wait_for(self.engines[index].health(), self.probe_timeout_s)
+            if ping is not None:
+                await asyncio.wait_for(ping(), self.probe_timeout_s)
+                return True, "alive"
+            health = await asyncio.wait_for(engine.health(), self.probe_timeout_s)
         except asyncio.TimeoutError:
             return False, f"no answer within {self.probe_timeout_s:g} s"
         except Exception as err:  # an unreachable engine: whatever its client raises
@@ -140,7 +151,7 @@ class EngineFailover:
         while True:
             await asyncio.sleep(self.watch_interval_s)
             for index in self.live():
-                alive, why = await self._probe(index)
+                alive, why = await self._probe(index, liveness=True)
                 if not alive and not self.closing:
                     self.lose(index, f"watchdog: {why}")
 
@@ -176,7 +187,7 @@ class FailoverEngine:
     async def generate(self, prompt_ids: list[int], sampling: SamplingParams, priority: Priority | None = None,
                        trajectory_id: str | None = None) -> AsyncIterator[RequestOutput]:
         kept = RequestOutput("", trajectory_id, len(prompt_ids), [], [], [], [], [])  # delivered by lost engines
-        lost: tuple[int, float] | None = None  # (engine, when its stream broke) until the turn generates again
+        lost: tuple[int, float] | None = None  # (lost engine, the turn's last token there) until it generates again
         while True:
             engine_index, engine = self.failover.engine_for(self.index)
             left = sampling.max_new_tokens - len(kept.output_ids)
@@ -185,6 +196,7 @@ class FailoverEngine:
                 return
             context = list(prompt_ids) + kept.output_ids
             latest: RequestOutput | None = None
+            last_token_at = time.monotonic()
             try:
                 async for output in engine.generate(context, replace(sampling, max_new_tokens=left), priority,
                                                     trajectory_id):
@@ -193,14 +205,14 @@ class FailoverEngine:
                         log.info("trajectory %s: turn resumed on engine %d from %d recorded tokens (%d generated "
                                  "before the loss)", trajectory_id, engine_index, len(context), len(kept.output_ids))
                         lost = None
-                    latest = output
+                    latest, last_token_at = output, time.monotonic()
                     yield _joined(kept, output) if kept.output_ids else output
                 return
             except EngineStopped as err:
                 await self.failover.check(engine_index, err)
                 if latest is not None:
                     kept = _joined(kept, latest)
-                lost = lost or (engine_index, time.monotonic())
+                lost = lost or (engine_index, last_token_at)
 
     def set_priority(self, trajectory_id: str, priority: Priority) -> None:
         with contextlib.suppress(AllEnginesLost):

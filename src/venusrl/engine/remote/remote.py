@@ -340,6 +340,10 @@ class RemoteEngine:
             return EngineHealth(False, self._last_health.weight_version, self._last_health.restarts, error)
         return self._last_health
 
+    async def ping(self) -> bool:
+        """True once the engine's process answers, whatever its engine thread is doing."""
+        return await self._conn().call("ping")
+
     async def shutdown(self) -> None:
         """Stop the engine process (when this client started it, wait for it to exit)."""
         self.closing = True
