@@ -12,6 +12,7 @@ pytest.importorskip("ray")
 from tests.runtime.node_loss import finish, start_run, steps_trained, trained_prompt_ids, wait_for  # noqa: E402
 from tests.runtime.test_ray_runtime import make_config  # noqa: E402
 
+from venusrl.metrics.report import write_report  # noqa: E402
 from venusrl.metrics.writer import read_metrics  # noqa: E402
 
 
@@ -39,6 +40,9 @@ def test_a_killed_engine_node_costs_time_not_the_run(three_node_cluster, tiny_mo
     lost_at = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "step" and r["engines_lost"]]
     assert lost_at and lost_at[-1]["turns_resumed"] == summary["turns_resumed"]
     train_log = (run_dir / "train.log").read_text()
-    assert f"engine 0 lost" in train_log or "engine 1 lost" in train_log
+    assert "engine 0 lost" in train_log or "engine 1 lost" in train_log
+    report = write_report(run_dir).read_text()  # `venusrl report`
+    assert f"| turns resumed on a surviving engine | {summary['turns_resumed']} |" in report
+    assert f"| tokens recomputed (the resumed turns' prefixes) | {summary['tokens_recomputed']} |" in report
     print(f"\nengine node loss: {summary['turns_resumed']} turns resumed, {summary['tokens_recomputed']} tokens "
           f"recomputed, recovery {summary['engine_recovery_s']} s")

@@ -167,6 +167,7 @@ class RolloutService:
         prompt = sum(s.prompt_tokens for s in engine_stats)
         cached = sum(s.cached_tokens for s in engine_stats)
         stats = {"kv_hit_rate": cached / prompt if prompt else 0.0, "groups_ready": self.coordinator.ready_waiting,
+                 "trajectories_discarded": self.coordinator.counts.discarded,
                  "live_trajectories": self.worker.live_trajectories,
                  "engine_live_trajectories": sum(s.live_trajectories for s in engine_stats),
                  "engine_restarts": sum(h.restarts for h in health), **self.failover.stats()}
