@@ -80,17 +80,18 @@ class NamespacedCluster:
     def address(self) -> str:
         return f"{self.head.ip}:{RAY_PORT}"
 
-    def start(self, workers: int = 2) -> None:
+    def start(self, workers: int = 2, roles: list[tuple[dict[str, float], int]] | None = None) -> None:
+        """The head and `workers` nodes; `roles`: each node's (resources, CPUs), head first
+        (default: the head the trainer's node, the workers engine and sandbox nodes)."""
         self.cgroups_before = set(_run_cgroups())
         subnet = f"10.{200 + os.getpid() % 50}.{os.getpid() % 250}"
         self.bridge = f"{self.tag}br"
         _ip_or_unavailable("link", "add", self.bridge, "type", "bridge")
         _ip("addr", "add", f"{subnet}.1/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
-        roles = [{"venusrl_trainer": 1.0}] + [{"venusrl_engine": 8.0, "venusrl_sandbox": 8.0}] * workers
-        for index, resources in enumerate(roles):
-            node = Node(f"{self.tag}n{index}", f"{subnet}.{index + 2}", f"{self.tag}v{index}", resources,
-                        num_cpus=2 if index == 0 else 1)
+        roles = roles or [({"venusrl_trainer": 1.0}, 2)] + [({"venusrl_engine": 8.0, "venusrl_sandbox": 8.0}, 1)] * workers
+        for index, (resources, num_cpus) in enumerate(roles):
+            node = Node(f"{self.tag}n{index}", f"{subnet}.{index + 2}", f"{self.tag}v{index}", resources, num_cpus)
             self.nodes.append(node)  # first: `close` removes what a failed `_make_namespace` made
             self._make_namespace(node)
         temp_dir = tempfile.mkdtemp(prefix="vrlray-")  # short: Ray's unix socket paths must fit 107 bytes

@@ -38,11 +38,13 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import RayError, RayTaskError
+from ray.exceptions import RayActorError, RayError, RayTaskError
 
 from venusrl.config import Config, ConfigError
 from venusrl.engine.placement import engine_spec
 from venusrl.runtime.driver import TrainingDriver
+from venusrl.runtime.engine_failover import AllEnginesLost
+from venusrl.runtime.interrupted import RunInterrupted
 from venusrl.runtime.local import prepare
 from venusrl.runtime.ray_actors import EngineActor, RolloutActor, TrainerActor
 from venusrl.runtime.ray_nodes import role_options
@@ -89,9 +91,21 @@ def train(config: Config, run_dir: Path, progress: bool = True) -> dict:
     started = _connect(config.run.ray_address)
     try:
         return asyncio.run(_train(_with_absolute_paths(config), run_dir, progress, train_prompts, eval_prompts, checkpoint))
+    except RayActorError as err:  # its node (or process) died: nothing in this run can stand in for it
+        log.error("run interrupted: %s", err)
+        raise RunInterrupted(f"the {_actor_role(err)} actor was lost ({type(err).__name__})", run_dir) from err
+    except AllEnginesLost as err:
+        raise RunInterrupted(str(err), run_dir) from err
     finally:
         if started:
             ray.shutdown()
+
+
+def _actor_role(err: RayActorError) -> str:
+    """Which of the run's actors `err` is about, from the class Ray names in it."""
+    text = str(err)
+    return next((role for role, name in (("rollout", "RolloutActor"), ("trainer", "TrainerActor"))
+                 if name in text), "rollout or trainer")
 
 
 def _connect(address: str | None) -> bool:
