@@ -4,6 +4,7 @@ and versions of an uninterrupted turn; later calls go to the survivor; with no e
 calls raise `AllEnginesLost`."""
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -56,7 +57,7 @@ def test_a_turn_cut_by_its_engines_loss_resumes_on_the_other_with_its_tokens(tin
     assert final.logprobs == pytest.approx(reference.logprobs, abs=1e-4)
     assert final.weight_versions == reference.weight_versions
     # one stream: each output extends the last, nothing delivered twice
-    for earlier, later in zip(seen, seen[1:]):
+    for earlier, later in itertools.pairwise(seen):
         assert later.output_ids[:len(earlier.output_ids)] == earlier.output_ids
     assert failover.live() == [1] and failover.serving == [1, 1]
     assert failover.stats()["engines_lost"] == 1 and failover.stats()["turns_resumed"] == 1

@@ -4,7 +4,6 @@ naming what was lost and the checkpoint it resumes from (exit 3); once the node 
 and trains every prompt exactly once."""
 
 import json
-import subprocess
 
 import pytest
 

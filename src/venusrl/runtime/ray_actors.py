@@ -1,14 +1,11 @@
 """The Ray runtime's actors: the rollout side and the trainer side of a run, each the
-local runtime's service in its own process, and with `engine.placement: process` one actor
-per rollout engine. All are async actors: their methods are the services' coroutines, run on
-the actor's event loop (the rollout worker is a task there; an engine actor's wire server
-is served there)."""
+local runtime's service in its own process (the engine actors: ray_engines.py). Both are
+async actors: their methods are the services' coroutines, run on the actor's event loop
+(the rollout worker is a task there)."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,30 +14,17 @@ import torch
 
 from venusrl.config import Config
 from venusrl.coordinator.snapshot import CoordinatorSnapshot
-from venusrl.engine.remote.process import EngineServer, EngineSpec, build_engine
 from venusrl.engine.remote.remote import RemoteEngine
 from venusrl.env.registry import environment_factory
 from venusrl.runtime.data import prompt_stream
 from venusrl.runtime.ray_sandbox import RayCluster
+from venusrl.runtime.ray_support import log_to_run, placement
 from venusrl.runtime.rollout_service import RolloutService
 from venusrl.runtime.trainer_service import TrainerService
 from venusrl.types import Prompt
 from venusrl.weights.broadcast import GroupSpec, WeightGroup
 from venusrl.weights.placement import joins_group
 from venusrl.weights.pusher import locate
-
-
-def log_to_run(run_dir: Path, level: str, role: str) -> None:
-    """This actor's log lines go to the run's train.log, next to the driver's."""
-    handler = logging.FileHandler(run_dir / "train.log")
-    handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s [{role}] %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.addHandler(handler)
-    root.setLevel(level)
-
-
-def placement() -> dict[str, Any]:
-    return {"pid": os.getpid(), "host": ray.util.get_node_ip_address()}
 
 
 class RolloutActor(RolloutService):
@@ -106,30 +90,3 @@ class TrainerActor(TrainerService):
         """A host copy: the result goes into the object store after this returns, while the
         trainer may step again, and the rollout actor may have no GPU."""
         return await asyncio.to_thread(self.trainer.engine_weights)
-
-
-class EngineActor:
-    """One rollout engine in its own actor: the engine thread and its wire server
-    (`engine/remote/process.py`), reached by the rollout actor's `RemoteEngine` over a socket at this
-    node's address, and by other engines' prefix KV over the KV transport."""
-
-    def __init__(self) -> None:
-        self.server: EngineServer | None = None
-
-    async def open(self, spec: EngineSpec, run_dir: Path | None = None, log_level: str = "INFO") -> dict[str, Any]:
-        """The engine's handshake (`RemoteEngine.from_handshake` reads it)."""
-        if run_dir is not None:
-            log_to_run(run_dir, log_level, "engine")
-        spec = spec.model_copy(update={"host": ray.util.get_node_ip_address()})
-        self.server = EngineServer(await asyncio.to_thread(build_engine, spec), spec.host, spec.kv_transport)
-        return {**await self.server.start(), **placement()}
-
-    async def join_weight_group(self, spec: GroupSpec) -> dict[str, Any]:
-        """Join the rollout actor's weight group (in the background: the first broadcast waits
-        for it); the handshake again, now naming this engine's rank."""
-        self.server.join_weight_group(spec.model_copy(update={"device_host": ray.util.get_node_ip_address()}))
-        return {**self.server.handshake(), **placement()}
-
-    async def close(self) -> None:
-        if self.server is not None and not self.server.stopped.is_set():
-            await self.server.close()

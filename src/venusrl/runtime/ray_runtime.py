@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError, RayError, RayTaskError
+from ray.exceptions import RayActorError, RayError
 
 from venusrl.config import Config, ConfigError
 from venusrl.engine.placement import engine_spec
@@ -46,8 +46,10 @@ from venusrl.runtime.driver import TrainingDriver
 from venusrl.runtime.engine_failover import AllEnginesLost
 from venusrl.runtime.interrupted import RunInterrupted
 from venusrl.runtime.local import prepare
-from venusrl.runtime.ray_actors import EngineActor, RolloutActor, TrainerActor
+from venusrl.runtime.ray_actors import RolloutActor, TrainerActor
+from venusrl.runtime.ray_engines import open_engine_actors, start_engine_actors
 from venusrl.runtime.ray_nodes import role_options
+from venusrl.runtime.ray_support import ActorProxy
 from venusrl.trainer.checkpoint import Checkpoint
 from venusrl.types import Prompt
 
@@ -56,24 +58,6 @@ log = logging.getLogger(__name__)
 CLOSE_TIMEOUT_S = 120.0
 # next_group waits on the rollout actor's loop while the driver calls push_weights, stats, save_state
 ROLLOUT_CONCURRENCY = 8
-
-
-class ActorProxy:
-    """`await proxy.method(*args)` is `await actor.method.remote(*args)`."""
-
-    def __init__(self, actor: Any) -> None:
-        self.actor = actor
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self.actor, name)
-
-        async def call(*args: Any) -> Any:
-            try:
-                return await method.remote(*args)
-            except RayTaskError as err:
-                raise err.cause from err  # what the service raised; the actor's traceback stays chained
-
-        return call
 
 
 class TrainerProxy(ActorProxy):
@@ -168,21 +152,6 @@ async def open_actors(config: Config, run_dir: Path, train_prompts: list[Prompt]
         yield rollout, trainer, handshakes
     finally:
         await _shutdown(rollout_actor, trainer_actor, engine_actors)
-
-
-def start_engine_actors(count: int, gpus: float) -> list[Any]:
-    """`count` engine actors, spread over the cluster's nodes, `gpus` GPUs each. They reserve
-    no CPU: an engine's compute is its GPU, and on a CPU-only cluster the engines share the
-    node's cores as in-process engines share the rollout actor's (placement `in_process`)."""
-    options = {"num_cpus": 0, "num_gpus": gpus, "scheduling_strategy": "SPREAD", **role_options("engine")}
-    return [ray.remote(EngineActor).options(**options).remote() for _ in range(count)]
-
-
-async def open_engine_actors(actors: list[Any], spec: Any, run_dir: Path | None = None,
-                             log_level: str = "INFO") -> list[dict[str, Any]]:
-    """Build each actor's engine (in parallel); their handshakes."""
-    proxies = [ActorProxy(actor) for actor in actors]
-    return list(await asyncio.gather(*(proxy.open(spec, run_dir, log_level) for proxy in proxies)))
 
 
 async def join_weight_group(rollout: ActorProxy, actors: list[Any], handshakes: list[dict[str, Any]],
