@@ -21,7 +21,7 @@ def three_node_cluster(tmp_path_factory):
 def trainer_apart_cluster(tmp_path_factory):
     """Three nodes: the head (the run's driver only), the trainer's node (rollout and trainer
     actors) and an engine node."""
-    yield from _cluster(tmp_path_factory, [({}, 1), ({"venusrl_trainer": 1.0}, 2), ({"venusrl_engine": 8.0}, 1)])
+    yield from _cluster(tmp_path_factory, [({}, 1), ({"venusrl_trainer": 1.0}, 2), ({"venusrl_engine": 1.0}, 1)])
 
 
 def _cluster(tmp_path_factory, roles):

@@ -9,9 +9,9 @@ Everything between nodes crosses the veths: an engine actor on node1 serves its 
 10.X.0.3, so the rollout actor on the head reaches it over the head's and node1's veths. The
 filesystem is shared (one machine), as the Ray runtime requires of a run directory.
 
-Each node advertises a role resource (`venusrl_trainer` on the head, `venusrl_engine` and
-`venusrl_sandbox` on the others) so the run's actors land where a test expects them
-(runtime/ray_nodes.py). A node is killed by SIGKILL of every process in its namespace (raylet,
+Each node advertises role resources (runtime/ray_nodes.py) so the run's actors land where a
+test expects them: `venusrl_trainer` on the head; room for one engine (`venusrl_engine: 1`)
+and `venusrl_sandbox` on the others. A node is killed by SIGKILL of every process in its namespace (raylet,
 its workers, their children), and cut off by setting its root-side veth down.
 
 `NamespacedCluster.start` raises `Unavailable` (the fixture skips, naming it) where namespaces,
@@ -89,7 +89,7 @@ class NamespacedCluster:
         _ip_or_unavailable("link", "add", self.bridge, "type", "bridge")
         _ip("addr", "add", f"{subnet}.1/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
-        roles = roles or [({"venusrl_trainer": 1.0}, 2)] + [({"venusrl_engine": 8.0, "venusrl_sandbox": 8.0}, 1)] * workers
+        roles = roles or [({"venusrl_trainer": 1.0}, 2)] + [({"venusrl_engine": 1.0, "venusrl_sandbox": 8.0}, 1)] * workers
         for index, (resources, num_cpus) in enumerate(roles):
             node = Node(f"{self.tag}n{index}", f"{subnet}.{index + 2}", f"{self.tag}v{index}", resources, num_cpus)
             self.nodes.append(node)  # first: `close` removes what a failed `_make_namespace` made

@@ -100,3 +100,37 @@ def test_a_disconnected_engine_process_fails_its_stream_and_answers_a_ping_anew(
     finally:
         asyncio.run(engine.shutdown())
     assert not first.finished and pinged is True
+
+
+def test_a_lost_engines_replacement_waits_for_room_then_serves_its_client_once_admitted(tiny_model_dir):
+    async def scenario():
+        engines = _engines(tiny_model_dir, 2)
+        room = asyncio.Event()  # the cluster has room for a new engine (the lost node is back)
+        asked = []
+
+        async def replace(index):
+            asked.append(index)
+            await room.wait()
+            return _engines(tiny_model_dir, 1)[0]
+
+        failover = EngineFailover(engines, replace=replace)
+        lost = engines[0]
+        await lost.shutdown()
+        await _final(failover.clients[0].generate(PROMPT, GREEDY, Priority.HIGH, "t"))  # finds it lost
+        await asyncio.sleep(0)  # the replacement task asks (an event-loop turn, not a wait for time)
+        before = (dict(failover.pending), list(failover.serving))
+        room.set()
+        while not failover.pending:
+            await asyncio.sleep(0.01)  # polling for the condition
+        failover.admit(0)
+        served = await _final(failover.clients[0].generate(PROMPT, GREEDY, Priority.HIGH, "after"))
+        stats = await engines[0].stats()
+        for engine in engines:
+            await engine.shutdown()
+        return asked, before, failover, lost, served, stats
+
+    asked, before, failover, lost, served, stats = asyncio.run(scenario())
+    assert asked == [0] and before == ({}, [1, 1])  # asked at once, nothing pending until there is room
+    assert failover.engines[0] is not lost and failover.serving == [0, 1] and failover.live() == [0, 1]
+    assert served.finished and stats.prompt_tokens >= len(PROMPT)  # the replacement served client 0's turn
+    assert failover.stats()["engines_lost"] == 1 and failover.stats()["engines_replaced"] == 1

@@ -22,6 +22,11 @@ An engine is lost when:
   hangs); its connection is then dropped, failing what waits on it.
 So a link cut is detected within `watch_interval_s + probe_timeout_s`.
 
+With a `replace` callback (the Ray runtime: a new engine actor wherever the cluster has room
+for one, e.g. the lost node once it is back), a lost engine's replacement is started at
+once; when ready it is `pending` until the next weight push has reached it (it starts from
+the base model), then `admit` makes it serve its client again. No restart of the run.
+
 Invariant: `serving[i]` is never a lost engine while any engine lives; once none does, every
 call raises `AllEnginesLost` (the run stops; `venusrl train` resumes from its checkpoint).
 """
@@ -32,7 +37,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -45,6 +50,7 @@ log = logging.getLogger(__name__)
 
 PROBE_TIMEOUT_S = 10.0  # a busy engine answers health between two steps: seconds at most
 WATCH_INTERVAL_S = 5.0
+REPLACE_RETRY_S = 5.0
 
 
 class AllEnginesLost(EngineStopped):
@@ -67,17 +73,25 @@ class EngineLoss:
                 "tokens_recomputed": self.tokens_recomputed, "recovery_s": round(self.recovery_s, 3)}
 
 
+Replace = Callable[[int], Awaitable[EngineClient]]  # lost engine index -> its replacement, started
+
+
 class EngineFailover:
     def __init__(self, engines: list[EngineClient], probe_timeout_s: float = PROBE_TIMEOUT_S,
-                 watch_interval_s: float = WATCH_INTERVAL_S) -> None:
-        self.engines = engines
+                 watch_interval_s: float = WATCH_INTERVAL_S, replace: Replace | None = None) -> None:
+        self.engines = engines  # updated in place when a replacement is admitted
         self.probe_timeout_s, self.watch_interval_s = probe_timeout_s, watch_interval_s
+        self.replace = replace
         self.serving = list(range(len(engines)))  # client index -> engine index
-        self.losses: dict[int, EngineLoss] = {}  # lost engine index -> its loss
+        self.losses: dict[int, EngineLoss] = {}  # lost engine index -> its loss, until a replacement is admitted
+        self.records: list[EngineLoss] = []  # every loss of the run
+        self.pending: dict[int, EngineClient] = {}  # lost engine index -> its replacement, before its first push
+        self.replaced = 0
         self.clients = [FailoverEngine(self, index) for index in range(len(engines))]
         self.closing = False  # the run is ending: an engine stopping is expected
         self.all_lost = asyncio.Event()
         self._probes: dict[int, asyncio.Task] = {}
+        self._replacing: dict[int, asyncio.Task] = {}
 
     def live(self) -> list[int]:
         return [i for i in range(len(self.engines)) if i not in self.losses]
@@ -97,17 +111,20 @@ class EngineFailover:
             return
         probe = self._probes.get(index)
         if probe is None:
-            probe = self._probes[index] = asyncio.create_task(self._probe(index))
+            probe = self._probes[index] = asyncio.create_task(self._probe(self.engines[index]))
             probe.add_done_callback(lambda _: self._probes.pop(index, None))
         alive, why = await asyncio.shield(probe)
         if not alive:
             self.lose(index, f"{error}; probe: {why}")
 
-    async def _probe(self, index: int, liveness: bool = False) -> tuple[bool, str]:
+    async def answers(self, engine: EngineClient) -> bool:
+        """Whether `engine`'s process answers within `probe_timeout_s`."""
+        return (await self._probe(engine, liveness=True))[0]
+
+    async def _probe(self, engine: EngineClient, liveness: bool = False) -> tuple[bool, str]:
         """(alive, why): the engine's health (its engine thread runs), or with `liveness` only
         that its process answers (`ping`, where the client has it: a long weight load on
         the engine thread is no loss)."""
-        engine = self.engines[index]
         ping = getattr(engine, "ping", None) if liveness else None
         try:
             if ping is not None:
@@ -126,6 +143,7 @@ class EngineFailover:
         if index in self.losses:
             return
         self.losses[index] = EngineLoss(index, reason, time.monotonic())
+        self.records.append(self.losses[index])
         disconnect = getattr(self.engines[index], "disconnect", None)
         if disconnect is not None:
             disconnect(f"engine {index} lost")
@@ -137,10 +155,51 @@ class EngineFailover:
         if not live:
             self.all_lost.set()
         log.info("engine %d lost (%s); its clients are served by engine(s) %s", index, reason, moved or "none")
+        if self.replace is not None and not self.closing:
+            self._replacing[index] = asyncio.get_running_loop().create_task(self._replacement(index))
+
+    async def _replacement(self, index: int) -> None:
+        """Start engine `index`'s replacement (it may wait for room in the cluster); pending
+        once it answers. A failed start is tried again every REPLACE_RETRY_S until the run
+        ends: Ray can place it on the lost node itself before it has declared that node dead."""
+        try:
+            while True:
+                try:
+                    engine = await self.replace(index)
+                    break
+                except Exception as err:
+                    log.info("engine %d: replacement failed (%s: %s); trying again in %g s", index,
+                             type(err).__name__, str(err).splitlines()[0] if str(err) else "", REPLACE_RETRY_S)
+                    await asyncio.sleep(REPLACE_RETRY_S)
+        finally:
+            self._replacing.pop(index, None)
+        self.pending[index] = engine
+        log.info("engine %d: replacement %s ready; it serves from the next weight push", index,
+                 getattr(engine, "name", type(engine).__name__))
+
+    def admit(self, index: int) -> None:
+        """Engine `index`'s replacement took the current weights: it serves client `index`
+        again (clients moved elsewhere at the loss move back; turns running there finish there)."""
+        self.engines[index] = self.pending.pop(index)
+        del self.losses[index]
+        self.serving[index] = index
+        self.replaced += 1
+        log.info("engine %d replaced: %s serves again", index, getattr(self.engines[index], "name", "the new engine"))
+
+    def drop_pending(self, index: int, why: str) -> EngineClient:
+        """A replacement that failed before its admission: engine `index` stays lost."""
+        log.warning("engine %d: replacement dropped (%s); the others serve on", index, why)
+        return self.pending.pop(index)
+
+    def stop_replacing(self) -> None:
+        for task in self._replacing.values():
+            task.cancel()
 
     def resumed(self, lost: int, tokens: int, waited_s: float) -> None:
         loss = self.losses.get(lost)
-        if loss is None:  # it answered the probe alive: a dropped connection, not a loss
+        # None: it answered the probe alive (a dropped connection, not a loss), or, rarely, its
+        # replacement was admitted before this turn's first token elsewhere (then not counted)
+        if loss is None:
             return
         loss.turns_resumed += 1
         loss.tokens_recomputed += tokens
@@ -151,18 +210,19 @@ class EngineFailover:
         while True:
             await asyncio.sleep(self.watch_interval_s)
             for index in self.live():
-                alive, why = await self._probe(index, liveness=True)
+                alive, why = await self._probe(self.engines[index], liveness=True)
                 if not alive and not self.closing:
                     self.lose(index, f"watchdog: {why}")
 
     def stats(self) -> dict[str, float]:
-        losses = self.losses.values()
-        return {"engines_lost": len(self.losses), "turns_resumed": sum(loss.turns_resumed for loss in losses),
+        losses = self.records
+        return {"engines_lost": len(losses), "engines_replaced": self.replaced,
+                "turns_resumed": sum(loss.turns_resumed for loss in losses),
                 "tokens_recomputed": sum(loss.tokens_recomputed for loss in losses),
                 "engine_recovery_s": round(max((loss.recovery_s for loss in losses), default=0.0), 3)}
 
     def _reasons(self) -> str:
-        return "; ".join(f"engine {loss.engine}: {loss.reason}" for loss in self.losses.values())
+        return "; ".join(f"engine {loss.engine}: {loss.reason}" for loss in self.records)
 
 
 class FailoverEngine:

@@ -14,9 +14,11 @@ import torch
 
 from venusrl.config import Config
 from venusrl.coordinator.snapshot import CoordinatorSnapshot
+from venusrl.engine.placement import engine_spec
 from venusrl.engine.remote.remote import RemoteEngine
 from venusrl.env.registry import environment_factory
 from venusrl.runtime.data import prompt_stream
+from venusrl.runtime.ray_engines import open_engine_actors, start_engine_actors
 from venusrl.runtime.ray_sandbox import RayCluster
 from venusrl.runtime.ray_support import log_to_run, placement
 from venusrl.runtime.rollout_service import RolloutService
@@ -55,19 +57,36 @@ class RolloutActor(RolloutService):
 
     async def open(self, config: Config, run_dir: Path, model_dir: Path, train_prompts: list[Prompt], skip: int,
                    weight_version: int, snapshot: CoordinatorSnapshot | None,
-                   predictor_path: Path | None, engine_handshakes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                   predictor_path: Path | None, engine_handshakes: list[dict[str, Any]] | None = None,
+                   engine_gpus: float = 0.0) -> dict[str, Any]:
+        """`engine_gpus`: each engine actor's, for a lost one's replacement."""
         log_to_run(run_dir, config.run.log_level, "rollout")
+        self.replacement = (engine_spec(model_dir, config.engine, config.model), engine_gpus, run_dir)
+        self.replacement_actors: list[Any] = []
         cluster = RayCluster(config.sandbox) if environment_factory(config.rollout.environment).needs_sandbox else None
         try:
             super().__init__(config, model_dir, prompt_stream(train_prompts, config.trainer.epochs, skip),
                              weight_version, snapshot, predictor_path, sandbox_cluster=cluster,
-                             engine_handshakes=engine_handshakes, weight_group=self.weight_group)
+                             engine_handshakes=engine_handshakes, weight_group=self.weight_group,
+                             replace_engine=self._replacement_engine if engine_handshakes else None)
         except BaseException:
             if cluster is not None:
                 cluster.close()
             raise
         self.opened = True
         return placement()
+
+    async def _replacement_engine(self, index: int) -> RemoteEngine:
+        """A new engine actor for lost engine `index`, on a node with room for one (an engine
+        node's `venusrl_engine` unit: the lost node once it is back, or a new node); this
+        waits until Ray can place it. It starts from the base model: the failover admits it
+        after the next weight push. Owned by this actor, it ends with it."""
+        spec, gpus, run_dir = self.replacement
+        (actor,) = start_engine_actors(1, gpus)
+        self.replacement_actors.append(actor)  # Ray ends an actor once no handle to it is left
+        (handshake,) = await open_engine_actors([actor], spec, run_dir, self.config.run.log_level)
+        return RemoteEngine.from_handshake(handshake, name=f"engine {index} ({handshake['address'][0]}, "
+                                                           f"pid {handshake['pid']})")
 
     async def close(self) -> None:
         if self.opened:

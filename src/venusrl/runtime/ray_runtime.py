@@ -48,7 +48,7 @@ from venusrl.runtime.interrupted import RunInterrupted
 from venusrl.runtime.local import prepare
 from venusrl.runtime.ray_actors import RolloutActor, TrainerActor
 from venusrl.runtime.ray_engines import open_engine_actors, start_engine_actors
-from venusrl.runtime.ray_nodes import role_options
+from venusrl.runtime.ray_nodes import check_engine_room, role_options
 from venusrl.runtime.ray_support import ActorProxy
 from venusrl.trainer.checkpoint import Checkpoint
 from venusrl.types import Prompt
@@ -125,8 +125,11 @@ async def open_actors(config: Config, run_dir: Path, train_prompts: list[Prompt]
     cluster_gpus = ray.cluster_resources().get("GPU", 0)
     rollout_gpus, trainer_gpus = actor_gpus(config, cluster_gpus)
     engine_actors, handshakes = [], []
+    engine_gpus = 0.0
     if config.engine.placement == "process":
-        engine_actors = start_engine_actors(config.scheduler.engines, engine_actor_gpus(config, cluster_gpus))
+        check_engine_room(config.scheduler.engines)
+        engine_gpus = engine_actor_gpus(config, cluster_gpus)
+        engine_actors = start_engine_actors(config.scheduler.engines, engine_gpus)
         rollout_gpus = 0  # the engines hold the rollout side's GPUs
     rollout_actor = ray.remote(RolloutActor).options(num_gpus=rollout_gpus, max_concurrency=ROLLOUT_CONCURRENCY,
                                                      **role_options("trainer")).remote()
@@ -140,7 +143,7 @@ async def open_actors(config: Config, run_dir: Path, train_prompts: list[Prompt]
         opened = await asyncio.gather(
             rollout.open(config, run_dir, model_dir, train_prompts, skip, version,
                          checkpoint.snapshot if checkpoint else None, checkpoint.predictor_path if checkpoint else None,
-                         handshakes or None),
+                         handshakes or None, engine_gpus),
             trainer.open(config, run_dir, model_dir, version, checkpoint.optimizer_path if checkpoint else None),
             return_exceptions=True)  # both finish opening before either is closed
         for result in opened:

@@ -26,7 +26,7 @@ from venusrl.model.chat import load_tokenizer
 from venusrl.model.checkpoint import resolve_dtype
 from venusrl.rollout.worker import RolloutWorker, next_ready
 from venusrl.runtime.config import SchedulerPolicy
-from venusrl.runtime.engine_failover import AllEnginesLost, EngineFailover
+from venusrl.runtime.engine_failover import AllEnginesLost, EngineFailover, Replace
 from venusrl.runtime.evaluation import scored_episodes
 from venusrl.sandbox.cluster import LocalCluster
 from venusrl.sandbox.errors import SandboxError
@@ -49,6 +49,7 @@ class RolloutService:
         sandbox_cluster: Any = None,  # in place of a LocalCluster: has .controller and .close(); closed by close()
         engine_handshakes: list[dict[str, Any]] | None = None,  # engine processes already running (Ray actors)
         weight_group: WeightGroup | None = None,  # opened already, for those of `engine_handshakes` that joined it
+        replace_engine: Replace | None = None,  # starts a lost engine's replacement (engine_failover.py)
     ) -> None:
         self.config = config
         policy: SchedulerPolicy = config.scheduler.policy
@@ -61,7 +62,8 @@ class RolloutService:
                                             sync.group_timeout_s)
         self.async_engines = open_engines(model_dir, config.engine, config.model, config.scheduler.engines,
                                           weight_version, engine_handshakes, group)
-        self.failover = EngineFailover(self.async_engines)
+        # a broadcast weight group cannot take a new member: there a lost engine stays lost
+        self.failover = EngineFailover(self.async_engines, replace=replace_engine if group is None else None)
         self.weight_group = group
         self.pusher = WeightPusher(self.async_engines, sync, resolve_dtype(config.model.dtype), group)
         self._pushing_to = self.failover.live()
@@ -117,28 +119,44 @@ class RolloutService:
         """Every engine takes the weights at an iteration boundary, each by its transport
         (weights/pusher.py; in-flight requests carry on, each token recording its version);
         the coordinator then retires the trained groups and refills the window. The seconds
-        each transport took."""
+        each transport took. Lost engines are left out; a lost engine's replacement takes
+        its first push here and is admitted (engine_failover.py)."""
+        targets = self._push_targets()
         try:
-            seconds = await self._push(weights, version)
-        except EngineStopped as err:  # an engine went during the push: once more to the rest
+            seconds = await self._push(weights, version, targets)
+        except EngineStopped as err:  # an engine went during the push: once more to those still behind
             for index in self.failover.live():
                 await self.failover.check(index, err)
-            seconds = await self._push(weights, version)
+            for index, engine in list(self.failover.pending.items()):
+                if not await self.failover.answers(engine):
+                    await _shutdown_quietly(self.failover.drop_pending(index, str(err)))
+            targets = self._push_targets()
+            behind = [i for i in targets if (await self._engine(i).health()).weight_version < version]
+            seconds = await self._push(weights, version, behind) if behind else {}
+        for index in targets:  # replacements this push reached now hold the current weights
+            if index in self.failover.pending:
+                self.failover.admit(index)
         self.worker.on_weight_version(version)
         return seconds
 
-    async def _push(self, weights: dict, version: int) -> dict[str, float]:
-        """A push to the live engines; after a loss, through a pusher over those only."""
-        live = self.failover.live()
-        if live != self._pushing_to:
+    def _push_targets(self) -> list[int]:
+        """The live engines and the replacements waiting for their first push."""
+        return sorted([*self.failover.live(), *self.failover.pending])
+
+    def _engine(self, index: int) -> Any:
+        return self.failover.pending.get(index) or self.async_engines[index]
+
+    async def _push(self, weights: dict, version: int, targets: list[int]) -> dict[str, float]:
+        """A push to `targets`, through a pusher over those (a new one when they changed)."""
+        if targets != self._pushing_to:
             if self.weight_group is not None:
-                raise AllEnginesLost(f"engine(s) {sorted(set(self._pushing_to) - set(live))} lost: the broadcast "
+                raise AllEnginesLost(f"engine(s) {sorted(set(self._pushing_to) - set(targets))} lost: the broadcast "
                                      "weight group cannot lose a member; the run stops (it resumes from its last "
                                      "checkpoint)")
             self.pusher.close()
-            self.pusher = WeightPusher([self.async_engines[i] for i in live], self.config.engine.weight_sync,
+            self.pusher = WeightPusher([self._engine(i) for i in targets], self.config.engine.weight_sync,
                                        resolve_dtype(self.config.model.dtype))
-            self._pushing_to = live
+            self._pushing_to = targets
         return await self.pusher.push(weights, version)
 
     async def save_state(self, directory: Path) -> None:
@@ -156,11 +174,12 @@ class RolloutService:
                 "stale_discard_tokens": list(self.coordinator.stale_discard_tokens)}
 
     async def stats(self) -> dict[str, float]:
-        engine_stats, health = [], []
+        engine_stats, health, prompts_by_engine = [], [], {}
         for index in self.failover.live():
             engine = self.async_engines[index]
             try:
                 engine_stats.append(await engine.stats())
+                prompts_by_engine[str(index)] = engine_stats[-1].prompt_tokens
                 health.append(await engine.health())
             except EngineStopped as err:  # lost (then left out from now on), or back for the next sample
                 await self.failover.check(index, err)
@@ -170,7 +189,9 @@ class RolloutService:
                  "trajectories_discarded": self.coordinator.counts.discarded,
                  "live_trajectories": self.worker.live_trajectories,
                  "engine_live_trajectories": sum(s.live_trajectories for s in engine_stats),
-                 "engine_restarts": sum(h.restarts for h in health), **self.failover.stats()}
+                 "engine_restarts": sum(h.restarts for h in health), **self.failover.stats(),
+                 # per live engine (a replacement's count starts at 0): the load each took
+                 "engine_prompt_tokens": prompts_by_engine}
         if self.cluster is not None:
             controller = self.cluster.controller
             stats["sandboxes_live"] = len(controller.routes)
@@ -203,6 +224,9 @@ class RolloutService:
 
     async def close(self) -> None:
         self.failover.closing = True
+        self.failover.stop_replacing()
+        for engine in self.failover.pending.values():  # started, never admitted
+            await _shutdown_quietly(engine)
         if self._task is not None:
             self._stop.set()
             self._watch.cancel()
@@ -216,3 +240,11 @@ class RolloutService:
                 self.predictor.close()
             if self.cluster is not None:
                 self.cluster.close()
+
+
+async def _shutdown_quietly(engine: Any) -> None:
+    """A replacement engine that never served: its shutdown failing (it is gone) changes nothing."""
+    try:
+        await engine.shutdown()
+    except Exception as err:
+        log.info("replacement engine shutdown failed: %s", err)
