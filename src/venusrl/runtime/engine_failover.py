@@ -48,7 +48,7 @@ from venusrl.types import Priority, SamplingParams
 
 log = logging.getLogger(__name__)
 
-PROBE_TIMEOUT_S = 10.0  # a busy engine answers health between two steps: seconds at most
+PROBE_TIMEOUT_S = 10.0  # health waits for the engine thread's current step; ping answers at once
 WATCH_INTERVAL_S = 5.0
 REPLACE_RETRY_S = 5.0
 
@@ -61,16 +61,11 @@ class AllEnginesLost(EngineStopped):
 class EngineLoss:
     engine: int
     reason: str
-    detected: float  # monotonic
     turns_resumed: int = 0
     tokens_recomputed: int = 0
     # the longest one of its resumed turns went without a token: from its last token there (or
     # its submission) to its first on the survivor; detection included (a cut link's whole wait)
     recovery_s: float = 0.0
-
-    def record(self) -> dict[str, Any]:
-        return {"engine": self.engine, "reason": self.reason, "turns_resumed": self.turns_resumed,
-                "tokens_recomputed": self.tokens_recomputed, "recovery_s": round(self.recovery_s, 3)}
 
 
 Replace = Callable[[int], Awaitable[EngineClient]]  # lost engine index -> its replacement, started
@@ -142,19 +137,20 @@ class EngineFailover:
         it) and the clients it served move to the live engines serving the fewest."""
         if index in self.losses:
             return
-        self.losses[index] = EngineLoss(index, reason, time.monotonic())
+        self.losses[index] = EngineLoss(index, reason)
         self.records.append(self.losses[index])
         disconnect = getattr(self.engines[index], "disconnect", None)
         if disconnect is not None:
             disconnect(f"engine {index} lost")
-        live = self.live()
+        live, moved_to = self.live(), set()
         for client, engine in enumerate(self.serving):
             if engine == index and live:
                 self.serving[client] = min(live, key=self.serving.count)
-        moved = sorted({self.serving[c] for c, e in enumerate(self.serving) if e != c}) if live else []
+                moved_to.add(self.serving[client])
         if not live:
             self.all_lost.set()
-        log.info("engine %d lost (%s); its clients are served by engine(s) %s", index, reason, moved or "none")
+        log.info("engine %d lost (%s); its clients are served by engine(s) %s", index, reason,
+                 sorted(moved_to) or "none")
         if self.replace is not None and not self.closing:
             self._replacing[index] = asyncio.get_running_loop().create_task(self._replacement(index))
 
