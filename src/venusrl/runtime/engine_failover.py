@@ -17,9 +17,10 @@ output).
 An engine is lost when:
 - a call or stream on it ends with `EngineStopped` and a health probe then gets no live
   answer within `probe_timeout_s` (a killed process or node refuses at once);
-- the watchdog's periodic liveness probe (a `ping` its process answers, not its engine
-  thread) gets no answer within `probe_timeout_s` (a cut link: nothing errs, everything
-  hangs); its connection is then dropped, failing what waits on it.
+- the watchdog's periodic liveness probe of an engine in another process (a `ping` its
+  process answers, not its engine thread) gets no answer within `probe_timeout_s` (a cut
+  link: nothing errs, everything hangs); its connection is then dropped, failing what
+  waits on it.
 So a link cut is detected within `watch_interval_s + probe_timeout_s`.
 
 With a `replace` callback (the Ray runtime: a new engine actor wherever the cluster has room
@@ -119,7 +120,7 @@ class EngineFailover:
     async def _probe(self, engine: EngineClient, liveness: bool = False) -> tuple[bool, str]:
         """(alive, why): the engine's health (its engine thread runs), or with `liveness` only
         that its process answers (`ping`, where the client has it: a long weight load on
-        the engine thread is no loss)."""
+        the engine thread is no loss; else its health)."""
         ping = getattr(engine, "ping", None) if liveness else None
         try:
             if ping is not None:
@@ -202,10 +203,13 @@ class EngineFailover:
         loss.recovery_s = max(loss.recovery_s, waited_s)
 
     async def watch(self) -> None:
-        """Probe each live engine every `watch_interval_s`; lose one that does not answer."""
+        """Ping each live engine in another process every `watch_interval_s`; lose one that
+        does not answer. An engine in this process has no link to lose: it is not pinged."""
         while True:
             await asyncio.sleep(self.watch_interval_s)
             for index in self.live():
+                if not hasattr(self.engines[index], "ping"):
+                    continue
                 alive, why = await self._probe(self.engines[index], liveness=True)
                 if not alive and not self.closing:
                     self.lose(index, f"watchdog: {why}")
