@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from venusrl.cli.support import load_config_or_exit
+from venusrl.runtime.interrupted import RunInterrupted
 from venusrl.runtime.launch import resolve_run_dir, run_training
 
 
@@ -26,6 +27,11 @@ def train(
     except ValueError as err:  # bad data, model or checkpoint, named by the message
         typer.echo(f"error: {err}", err=True)
         raise typer.Exit(2) from None
+    except RunInterrupted as err:  # a node lost that the run cannot do without
+        typer.echo(f"interrupted: {err}", err=True)
+        raise typer.Exit(3) from None
+    if summary.get("resumed_from"):
+        typer.echo(f"resumed from checkpoint {summary['resumed_from']}")
     typer.echo(f"run directory {directory}: {summary['steps']} steps in {summary['wall_s']:.0f}s, held-out accuracy "
                f"{_fmt(summary['accuracy_before'])} -> {_fmt(summary['accuracy_after'])}")
 

@@ -50,6 +50,7 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
         f"# Run report: {run_dir.resolve().name}",
         _overview(records, kinds),
         _version_span_table(kinds),
+        _faults(kinds),
         _summary_table(kinds),
         _plots(kinds, out_dir),
     ]
@@ -113,6 +114,29 @@ def _peak_memory(samples: list[Record]) -> str:
         limits = [limit for r in records if (limit := number(r, "limit_bytes")) is not None]
         parts.append(f"{node} {_gib(peak)}" + (f" of {_gib(limits[-1])}" if limits else ""))
     return "; ".join(parts)
+
+
+# What node, engine and sandbox losses cost the run: counters the rollout side keeps from its
+# start (runtime/engine_failover.py, the sandbox controller, the coordinator), in every step
+# record and the summary.
+FAULTS = (
+    ("engines_lost", "engines lost (killed, or silent past the watchdog's timeout)"),
+    ("turns_resumed", "turns resumed on a surviving engine"),
+    ("tokens_recomputed", "tokens recomputed (the resumed turns' prefixes)"),
+    ("engine_recovery_s", "recovery time: longest a resumed turn went without a token (s)"),
+    ("sandbox_nodes_lost", "sandbox nodes lost"),
+    ("sandboxes_recovered", "sandboxes recovered on another node"),
+    ("trajectories_discarded", "trajectories discarded (stale or failed) and re-run"),
+)
+
+
+def _faults(kinds: Kinds) -> str:
+    """From the newest record that has any of FAULTS (a run's counters only grow)."""
+    for record in reversed([*kinds.get("step", []), *kinds.get("summary", [])]):
+        rows = [(label, _value(record[key])) for key, label in FAULTS if number(record, key) is not None]
+        if rows:
+            return "## Faults\n\n" + _table(("what", "count"), rows)
+    return "## Faults\n\nNo fault counters in the metrics."
 
 
 def _version_span_table(kinds: Kinds) -> str:

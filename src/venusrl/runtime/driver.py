@@ -49,6 +49,10 @@ class TrainingDriver:
         # starts over) died with the process; a torn last line goes too
         if self.ledger.path.exists():
             self.ledger.truncate_after(self.step)
+        self.resumed_from = checkpoint.path.name if checkpoint is not None else None
+        if checkpoint is not None:
+            log.info("resuming from checkpoint %s: step %d, weight version %d", checkpoint.path.name, self.step,
+                     self.version)
 
     def now(self) -> float:
         return self.elapsed_before + time.monotonic() - self.started
@@ -68,7 +72,8 @@ class TrainingDriver:
                 accuracy_after = await self._evaluate("after")
             summary = {"accuracy_before": self.accuracy_before, "accuracy_after": accuracy_after,
                        "wall_s": round(self.now(), 2), "steps": self.step, "weight_version": self.version,
-                       "scheduler": config.scheduler.policy, **await self.rollout.summary(), **await self.rollout.stats()}
+                       "scheduler": config.scheduler.policy, "resumed_from": self.resumed_from,
+                       **await self.rollout.summary(), **await self.rollout.stats()}
             self.metrics.write({"kind": "summary", "time_s": self.now(), **summary})
         finally:
             self.metrics.close()

@@ -1,14 +1,11 @@
 """The Ray runtime's actors: the rollout side and the trainer side of a run, each the
-local runtime's service in its own process, and with `engine.placement: process` one actor
-per rollout engine. All are async actors: their methods are the services' coroutines, run on
-the actor's event loop (the rollout worker is a task there; an engine actor's wire server
-is served there)."""
+local runtime's service in its own process (the engine actors: ray_engines.py). Both are
+async actors: their methods are the services' coroutines, run on the actor's event loop
+(the rollout worker is a task there)."""
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,30 +14,19 @@ import torch
 
 from venusrl.config import Config
 from venusrl.coordinator.snapshot import CoordinatorSnapshot
-from venusrl.engine.remote.process import EngineServer, EngineSpec, build_engine
+from venusrl.engine.placement import engine_spec
 from venusrl.engine.remote.remote import RemoteEngine
 from venusrl.env.registry import environment_factory
 from venusrl.runtime.data import prompt_stream
+from venusrl.runtime.ray_engines import open_engine_actors, start_engine_actors
 from venusrl.runtime.ray_sandbox import RayCluster
+from venusrl.runtime.ray_support import log_to_run, placement
 from venusrl.runtime.rollout_service import RolloutService
 from venusrl.runtime.trainer_service import TrainerService
 from venusrl.types import Prompt
 from venusrl.weights.broadcast import GroupSpec, WeightGroup
 from venusrl.weights.placement import joins_group
 from venusrl.weights.pusher import locate
-
-
-def log_to_run(run_dir: Path, level: str, role: str) -> None:
-    """This actor's log lines go to the run's train.log, next to the driver's."""
-    handler = logging.FileHandler(run_dir / "train.log")
-    handler.setFormatter(logging.Formatter(f"%(asctime)s %(levelname)s [{role}] %(name)s: %(message)s"))
-    root = logging.getLogger()
-    root.addHandler(handler)
-    root.setLevel(level)
-
-
-def placement() -> dict[str, Any]:
-    return {"pid": os.getpid(), "host": ray.util.get_node_ip_address()}
 
 
 class RolloutActor(RolloutService):
@@ -71,19 +57,36 @@ class RolloutActor(RolloutService):
 
     async def open(self, config: Config, run_dir: Path, model_dir: Path, train_prompts: list[Prompt], skip: int,
                    weight_version: int, snapshot: CoordinatorSnapshot | None,
-                   predictor_path: Path | None, engine_handshakes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                   predictor_path: Path | None, engine_handshakes: list[dict[str, Any]] | None = None,
+                   engine_gpus: float = 0.0) -> dict[str, Any]:
+        """`engine_gpus`: each engine actor's, for a lost one's replacement."""
         log_to_run(run_dir, config.run.log_level, "rollout")
+        self.replacement = (engine_spec(model_dir, config.engine, config.model), engine_gpus, run_dir)
+        self.replacement_actors: list[Any] = []
         cluster = RayCluster(config.sandbox) if environment_factory(config.rollout.environment).needs_sandbox else None
         try:
             super().__init__(config, model_dir, prompt_stream(train_prompts, config.trainer.epochs, skip),
                              weight_version, snapshot, predictor_path, sandbox_cluster=cluster,
-                             engine_handshakes=engine_handshakes, weight_group=self.weight_group)
+                             engine_handshakes=engine_handshakes, weight_group=self.weight_group,
+                             replace_engine=self._replacement_engine if engine_handshakes else None)
         except BaseException:
             if cluster is not None:
                 cluster.close()
             raise
         self.opened = True
         return placement()
+
+    async def _replacement_engine(self, index: int) -> RemoteEngine:
+        """A new engine actor for lost engine `index`, on a node with room for one (an engine
+        node's `venusrl_engine` unit: the lost node once it is back, or a new node); this
+        waits until Ray can place it. It starts from the base model: the failover admits it
+        after the next weight push. Owned by this actor, it ends with it."""
+        spec, gpus, run_dir = self.replacement
+        (actor,) = start_engine_actors(1, gpus)
+        self.replacement_actors.append(actor)  # Ray ends an actor once no handle to it is left
+        (handshake,) = await open_engine_actors([actor], spec, run_dir, self.config.run.log_level)
+        return RemoteEngine.from_handshake(handshake, name=f"engine {index} ({handshake['address'][0]}, "
+                                                           f"pid {handshake['pid']})")
 
     async def close(self) -> None:
         if self.opened:
@@ -106,30 +109,3 @@ class TrainerActor(TrainerService):
         """A host copy: the result goes into the object store after this returns, while the
         trainer may step again, and the rollout actor may have no GPU."""
         return await asyncio.to_thread(self.trainer.engine_weights)
-
-
-class EngineActor:
-    """One rollout engine in its own actor: the engine thread and its wire server
-    (`engine/remote/process.py`), reached by the rollout actor's `RemoteEngine` over a socket at this
-    node's address, and by other engines' prefix KV over the KV transport."""
-
-    def __init__(self) -> None:
-        self.server: EngineServer | None = None
-
-    async def open(self, spec: EngineSpec, run_dir: Path | None = None, log_level: str = "INFO") -> dict[str, Any]:
-        """The engine's handshake (`RemoteEngine.from_handshake` reads it)."""
-        if run_dir is not None:
-            log_to_run(run_dir, log_level, "engine")
-        spec = spec.model_copy(update={"host": ray.util.get_node_ip_address()})
-        self.server = EngineServer(await asyncio.to_thread(build_engine, spec), spec.host, spec.kv_transport)
-        return {**await self.server.start(), **placement()}
-
-    async def join_weight_group(self, spec: GroupSpec) -> dict[str, Any]:
-        """Join the rollout actor's weight group (in the background: the first broadcast waits
-        for it); the handshake again, now naming this engine's rank."""
-        self.server.join_weight_group(spec.model_copy(update={"device_host": ray.util.get_node_ip_address()}))
-        return {**self.server.handshake(), **placement()}
-
-    async def close(self) -> None:
-        if self.server is not None and not self.server.stopped.is_set():
-            await self.server.close()

@@ -9,6 +9,10 @@ in Ray actors.
     TrainerActor   policy model and streaming trainer
     NodeAgentActor one per sandbox node agent, spread over the nodes (ray_sandbox.py)
 
+Nodes advertising a role (ray_nodes.py) take only that role's actors: `venusrl_engine`
+the engine actors, `venusrl_sandbox` the node agents, `venusrl_trainer` the rollout and
+trainer actors.
+
 New weights go from the trainer actor to the rollout actor through the object store,
 never through this process; the rollout actor pushes them to each engine actor by the
 transport `engine.weight_sync` picks (weights/placement.py): shared memory to one on its
@@ -34,13 +38,18 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import RayError, RayTaskError
+from ray.exceptions import RayActorError, RayError
 
 from venusrl.config import Config, ConfigError
 from venusrl.engine.placement import engine_spec
 from venusrl.runtime.driver import TrainingDriver
+from venusrl.runtime.engine_failover import AllEnginesLost
+from venusrl.runtime.interrupted import RunInterrupted
 from venusrl.runtime.local import prepare
-from venusrl.runtime.ray_actors import EngineActor, RolloutActor, TrainerActor
+from venusrl.runtime.ray_actors import RolloutActor, TrainerActor
+from venusrl.runtime.ray_engines import open_engine_actors, start_engine_actors
+from venusrl.runtime.ray_nodes import check_engine_room, role_options
+from venusrl.runtime.ray_support import ActorProxy
 from venusrl.trainer.checkpoint import Checkpoint
 from venusrl.types import Prompt
 
@@ -49,24 +58,6 @@ log = logging.getLogger(__name__)
 CLOSE_TIMEOUT_S = 120.0
 # next_group waits on the rollout actor's loop while the driver calls push_weights, stats, save_state
 ROLLOUT_CONCURRENCY = 8
-
-
-class ActorProxy:
-    """`await proxy.method(*args)` is `await actor.method.remote(*args)`."""
-
-    def __init__(self, actor: Any) -> None:
-        self.actor = actor
-
-    def __getattr__(self, name: str) -> Any:
-        method = getattr(self.actor, name)
-
-        async def call(*args: Any) -> Any:
-            try:
-                return await method.remote(*args)
-            except RayTaskError as err:
-                raise err.cause from err  # what the service raised; the actor's traceback stays chained
-
-        return call
 
 
 class TrainerProxy(ActorProxy):
@@ -84,9 +75,21 @@ def train(config: Config, run_dir: Path, progress: bool = True) -> dict:
     started = _connect(config.run.ray_address)
     try:
         return asyncio.run(_train(_with_absolute_paths(config), run_dir, progress, train_prompts, eval_prompts, checkpoint))
+    except RayActorError as err:  # its node (or process) died: nothing in this run can stand in for it
+        log.error("run interrupted: %s", err)
+        raise RunInterrupted(f"the {_actor_role(err)} actor was lost ({type(err).__name__})", run_dir) from err
+    except AllEnginesLost as err:
+        raise RunInterrupted(str(err), run_dir) from err
     finally:
         if started:
             ray.shutdown()
+
+
+def _actor_role(err: RayActorError) -> str:
+    """Which of the run's actors `err` is about, from the class Ray names in it."""
+    text = str(err)
+    return next((role for role, name in (("rollout", "RolloutActor"), ("trainer", "TrainerActor"))
+                 if name in text), "rollout or trainer")
 
 
 def _connect(address: str | None) -> bool:
@@ -122,11 +125,15 @@ async def open_actors(config: Config, run_dir: Path, train_prompts: list[Prompt]
     cluster_gpus = ray.cluster_resources().get("GPU", 0)
     rollout_gpus, trainer_gpus = actor_gpus(config, cluster_gpus)
     engine_actors, handshakes = [], []
+    engine_gpus = 0.0
     if config.engine.placement == "process":
-        engine_actors = start_engine_actors(config.scheduler.engines, engine_actor_gpus(config, cluster_gpus))
+        check_engine_room(config.scheduler.engines)
+        engine_gpus = engine_actor_gpus(config, cluster_gpus)
+        engine_actors = start_engine_actors(config.scheduler.engines, engine_gpus)
         rollout_gpus = 0  # the engines hold the rollout side's GPUs
-    rollout_actor = ray.remote(RolloutActor).options(num_gpus=rollout_gpus, max_concurrency=ROLLOUT_CONCURRENCY).remote()
-    trainer_actor = ray.remote(TrainerActor).options(num_gpus=trainer_gpus).remote()
+    rollout_actor = ray.remote(RolloutActor).options(num_gpus=rollout_gpus, max_concurrency=ROLLOUT_CONCURRENCY,
+                                                     **role_options("trainer")).remote()
+    trainer_actor = ray.remote(TrainerActor).options(num_gpus=trainer_gpus, **role_options("trainer")).remote()
     rollout, trainer = ActorProxy(rollout_actor), TrainerProxy(trainer_actor)
     try:
         if engine_actors:
@@ -136,7 +143,7 @@ async def open_actors(config: Config, run_dir: Path, train_prompts: list[Prompt]
         opened = await asyncio.gather(
             rollout.open(config, run_dir, model_dir, train_prompts, skip, version,
                          checkpoint.snapshot if checkpoint else None, checkpoint.predictor_path if checkpoint else None,
-                         handshakes or None),
+                         handshakes or None, engine_gpus),
             trainer.open(config, run_dir, model_dir, version, checkpoint.optimizer_path if checkpoint else None),
             return_exceptions=True)  # both finish opening before either is closed
         for result in opened:
@@ -148,21 +155,6 @@ async def open_actors(config: Config, run_dir: Path, train_prompts: list[Prompt]
         yield rollout, trainer, handshakes
     finally:
         await _shutdown(rollout_actor, trainer_actor, engine_actors)
-
-
-def start_engine_actors(count: int, gpus: float) -> list[Any]:
-    """`count` engine actors, spread over the cluster's nodes, `gpus` GPUs each. They reserve
-    no CPU: an engine's compute is its GPU, and on a CPU-only cluster the engines share the
-    node's cores as in-process engines share the rollout actor's (placement `in_process`)."""
-    return [ray.remote(EngineActor).options(num_cpus=0, num_gpus=gpus, scheduling_strategy="SPREAD").remote()
-            for _ in range(count)]
-
-
-async def open_engine_actors(actors: list[Any], spec: Any, run_dir: Path | None = None,
-                             log_level: str = "INFO") -> list[dict[str, Any]]:
-    """Build each actor's engine (in parallel); their handshakes."""
-    proxies = [ActorProxy(actor) for actor in actors]
-    return list(await asyncio.gather(*(proxy.open(spec, run_dir, log_level) for proxy in proxies)))
 
 
 async def join_weight_group(rollout: ActorProxy, actors: list[Any], handshakes: list[dict[str, Any]],
@@ -185,7 +177,13 @@ async def _shutdown(rollout_actor: Any, trainer_actor: Any, engine_actors: list[
     """Close the rollout side (engines, predictor, node agents), then end the actors."""
     try:
         await asyncio.wait_for(rollout_actor.close.remote(), CLOSE_TIMEOUT_S)
-        await asyncio.wait_for(asyncio.gather(*(actor.close.remote() for actor in engine_actors)), CLOSE_TIMEOUT_S)
+        # each on its own: an engine actor lost with its node must not keep the others open
+        closed = await asyncio.wait_for(asyncio.gather(*(actor.close.remote() for actor in engine_actors),
+                                                       return_exceptions=True), CLOSE_TIMEOUT_S)
+        for index, result in enumerate(closed):
+            if isinstance(result, BaseException):
+                log.info("engine actor %d did not close (%s: lost with its node or process)", index,
+                         type(result).__name__)
     except (RayError, asyncio.TimeoutError) as err:
         log.warning("rollout actor or an engine actor did not close cleanly: %s", err)
     finally:

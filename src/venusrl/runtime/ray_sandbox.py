@@ -26,6 +26,7 @@ from typing import Any
 import ray
 from ray.exceptions import RayError
 
+from venusrl.runtime.ray_nodes import role_options
 from venusrl.sandbox.cgroups import Cgroup, detect_layout
 from venusrl.sandbox.cluster import (
     ask_node_to_stop,
@@ -144,7 +145,8 @@ class RayCluster:
         self.config = config
         self.cgroup_root = f"venusrl-{uuid.uuid4().hex[:8]}"
         token = secrets.token_hex(32)
-        agent_class = ray.remote(NodeAgentActor).options(max_concurrency=CALL_THREADS, scheduling_strategy="SPREAD")
+        agent_class = ray.remote(NodeAgentActor).options(max_concurrency=CALL_THREADS, scheduling_strategy="SPREAD",
+                                                         **role_options("sandbox"))
         self.actors = {f"node-{i}": agent_class.remote(f"node-{i}", int(config.node_memory), config, token,
                                                        f"{self.cgroup_root}/node-{i}")
                        for i in range(config.nodes)}

@@ -191,7 +191,8 @@ class _Connection:
             "update_weights": self._update_weights, "update_weights_shared": self._update_weights_shared,
             "update_weights_cuda_ipc": self._update_weights_cuda_ipc,
             "update_weights_broadcast": self._update_weights_broadcast,
-            "weight_digest": self._weight_digest, "health": self._health, "shutdown": self._shutdown,
+            "weight_digest": self._weight_digest, "health": self._health, "ping": self._ping,
+            "shutdown": self._shutdown,
         }
 
     async def run(self) -> None:
@@ -383,6 +384,11 @@ class _Connection:
 
     async def _health(self, header, frame):
         return asdict(await self.engine.health())
+
+    async def _ping(self, header, frame):
+        """Answered by this server's event loop, never queued behind the engine thread (a
+        long weight load there): the process and the link to it are up."""
+        return True
 
     async def _shutdown(self, header, frame):
         log.info("engine shutting down at the request of %s", self.peer)

@@ -165,6 +165,15 @@ class _Connection:
         for queue in self.streams.values():
             queue.put_nowait(error)
 
+    def drop(self, error: EngineStopped) -> None:
+        """Fail everything waiting on this connection with `error` and close it without waiting
+        for the peer (one that stopped answering: nothing it sends later is read)."""
+        if self.error is None:
+            self._fail(error)
+        self.task.cancel()
+        if self.writer is not None:
+            self.writer.transport.abort()
+
     def discard(self) -> None:
         """Drop a connection of another (possibly closed) loop: its calls cannot be awaited here."""
         if self.writer is not None and not self.loop.is_closed():
@@ -204,6 +213,12 @@ class RemoteEngine:
 
     def info(self) -> EngineInfo:
         return self._info
+
+    def disconnect(self, reason: str) -> None:
+        """Give up on the engine's current connection (it is lost, or its link is down): every
+        call and stream on it fails now with `EngineStopped`; a later call connects anew."""
+        if self._connection is not None:
+            self._connection.drop(EngineStopped(f"{self.name} disconnected: {reason}"))
 
     @property
     def kv_address(self) -> KVAddress | None:
@@ -324,6 +339,10 @@ class RemoteEngine:
                     error = f"{self.name} process exited with code {await asyncio.to_thread(self.process.wait, 10)}"
             return EngineHealth(False, self._last_health.weight_version, self._last_health.restarts, error)
         return self._last_health
+
+    async def ping(self) -> bool:
+        """True once the engine's process answers, whatever its engine thread is doing."""
+        return await self._conn().call("ping")
 
     async def shutdown(self) -> None:
         """Stop the engine process (when this client started it, wait for it to exit)."""

@@ -1,0 +1,55 @@
+"""Helpers of the node-loss tests: a `venusrl train` run on a `NamespacedCluster` (its driver
+in the head node's namespace), watched through its run directory."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+from venusrl.config import Config
+
+RUN_TIMEOUT_S = 600.0
+
+
+def start_run(cluster, config: Config, tmp_path: Path) -> tuple[subprocess.Popen, Path]:
+    config = config.model_copy(update={"run": config.run.model_copy(update={"ray_address": cluster.address})})
+    config_path = tmp_path / "run.yaml"
+    config_path.write_text(yaml.safe_dump(config.model_dump(mode="json")))
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "venusrl", "train", str(config_path), "--run-dir", str(run_dir), "--no-progress"]
+    return cluster.popen_in_head(command, tmp_path / "driver.log"), run_dir
+
+
+def wait_for(condition, process: subprocess.Popen, what: str, log: Path, timeout_s: float = RUN_TIMEOUT_S) -> None:
+    """Poll `condition` until it holds; fail naming `what` if the run ends or time runs out first."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if process.poll() is not None:
+            raise AssertionError(f"the run ended ({process.returncode}) before {what}: {log.read_text()[-4000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} within {timeout_s:.0f} s")
+        time.sleep(0.2)
+
+
+def steps_trained(run_dir: Path) -> int:
+    path = run_dir / "trained.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def finish(process: subprocess.Popen, log: Path) -> None:
+    try:
+        code = process.wait(timeout=RUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        raise
+    assert code == 0, log.read_text()[-6000:]
+
+
+def trained_prompt_ids(run_dir: Path) -> list[str]:
+    lines = [json.loads(line) for line in (run_dir / "trained.jsonl").read_text().splitlines()]
+    return [pid for line in lines for pid in line["prompt_ids"]]
