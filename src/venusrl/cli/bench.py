@@ -26,7 +26,8 @@ def fidelity(
     json_out: Annotated[Path | None, typer.Option("--json", help="write the figures here")] = None,
     progress: Annotated[bool, typer.Option(help="show the SFT and training progress bars")] = True,
 ) -> None:
-    """Reward per step, held-out accuracy and version spans by trajectory length of each
+    """Reward per step (and per 10 steps), held-out accuracy, version spans by trajectory
+    length, and the difficulty and length percentiles of the prompts each step trained, of each
     scheduler on the demo's task, same seeds and SFT model for all."""
     from venusrl.bench.fidelity import run_fidelity, table
 

@@ -184,6 +184,27 @@ def draw_reward_curves(curves: dict[str, dict[str, list[tuple[int, float]]]], pa
     _save(fig, path)
 
 
+def draw_trained_composition(curves: dict[str, dict[str, list[tuple[int, float]]]], path: Path) -> None:
+    """Which prompts each scheduler trained: one panel per measure (`curves[scheduler][measure]`:
+    (last step of a window, mean percentile of the prompts of the groups trained in it among
+    the training rows)), one colour per scheduler, the dataset's 50 dashed."""
+    measures = list(next(iter(curves.values())))
+    fig = Figure(figsize=(4.5 * len(measures) + 1, 4))
+    axes = fig.subplots(1, len(measures), squeeze=False)[0]
+    for ax, measure in zip(axes, measures, strict=True):
+        for i, (name, by_measure) in enumerate(curves.items()):
+            points = by_measure[measure]
+            ax.plot([s for s, _ in points], [p for _, p in points], marker=".", color=f"C{i}", label=name)
+        ax.axhline(50.0, color="grey", linestyle="--", linewidth=1, label="dataset")
+        ax.set_ylim(0, 100)
+        ax.set_xlabel("step (end of the window)")
+        ax.set_ylabel(f"{measure} percentile of trained prompts")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize="small")
+    fig.suptitle("Trained prompts against the training rows")
+    _save(fig, path)
+
+
 def _save(fig: Figure, path: Path) -> None:
     FigureCanvasAgg(fig)
     fig.tight_layout()

@@ -19,7 +19,7 @@ from typing import Any
 from venusrl.config import Config
 from venusrl.durable import write_atomic
 from venusrl.metrics.writer import MetricsWriter
-from venusrl.runtime.ledger import TrainedLedger
+from venusrl.runtime.ledger import LEDGER_FILE, TrainedLedger
 from venusrl.runtime.progress import TrainingProgress
 from venusrl.trainer.checkpoint import (
     Checkpoint,
@@ -38,7 +38,7 @@ class TrainingDriver:
         self.config, self.run_dir, self.rollout, self.trainer = config, run_dir, rollout, trainer
         self.train_prompts, self.eval_prompts = train_prompts, eval_prompts
         self.show_progress = show_progress
-        self.ledger = TrainedLedger(run_dir / "trained.jsonl")
+        self.ledger = TrainedLedger(run_dir / LEDGER_FILE)
         self.started = time.monotonic()
         state = checkpoint.state if checkpoint is not None else None
         self.step = state.step if state else 0

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from venusrl.durable import append_durable, write_atomic
 
+LEDGER_FILE = "trained.jsonl"  # in the run directory
+
 
 class TrainedLedger:
     def __init__(self, path: Path) -> None:
