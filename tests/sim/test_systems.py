@@ -13,7 +13,8 @@ from venusrl.sim.systems import PRESETS, SYSTEMS, system
 
 def test_venus_is_the_training_default():
     assert system("venus").config == Config()
-    assert system("+migration").config == Config()
+    assert system("+live_set").config == Config()
+    assert system("+migration").config == Config(scheduler={"live_set": False})  # the paper's venus
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

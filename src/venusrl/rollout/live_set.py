@@ -92,6 +92,7 @@ class LiveSet:
         self.programs: dict[Hashable, Program] = {}
         self.pauses = 0  # programs paused (ACTING ones at once, marked ones at their tool call)
         self.resumes = 0
+        self.paused_now: list[Hashable] = []  # paused since the caller last took them (`take_paused`)
 
     # ---- events ----------------------------------------------------------------------------
 
@@ -125,8 +126,8 @@ class LiveSet:
             return
         program.tokens, program.acting, program.acting_since = tokens, True, now
         if program.marked:
-            program.marked, program.paused = False, True
-            self.pauses += 1
+            program.marked = False
+            self._pause(key, program)
 
     def finish(self, key: Hashable) -> None:
         self.programs.pop(key, None)
@@ -136,6 +137,16 @@ class LiveSet:
         program = self.programs.get(key)
         if program is not None:
             program.engine = engine
+
+    def take_paused(self) -> list[Hashable]:
+        """The programs paused since the last call (the core tells their engines)."""
+        paused, self.paused_now = self.paused_now, []
+        return paused
+
+    def _pause(self, key: Hashable, program: Program) -> None:
+        program.paused = True
+        self.pauses += 1
+        self.paused_now.append(key)
 
     def paused(self, key: Hashable) -> bool:
         program = self.programs.get(key)
@@ -243,15 +254,14 @@ class LiveSet:
         else:
             live.sort(key=lambda kp: (not kp[1].acting, kp[1].tokens))
         marked = sum(p.tokens for p in self.programs.values() if p.engine == engine and p.marked)
-        for _, program in live:
+        for key, program in live:
             over = -self.remaining(engine)
             if self.rule == "venus":
                 over -= marked
             if over <= 0:
                 return
             if program.acting:
-                program.paused = True
-                self.pauses += 1
+                self._pause(key, program)
             else:
                 program.marked = True
                 marked += program.tokens
