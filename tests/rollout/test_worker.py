@@ -438,7 +438,13 @@ def test_the_worker_schedules_through_the_rollout_core_and_keeps_its_invariants(
     assert all(calls[name] > 0 for name in ("place", "request_slot", "release_slot", "finish", *ranked)), calls
     # the run cancelled the trajectories past the batch: every one placed has left its engine
     assert calls["place"] == calls["finish"] and worker.core.placement.loads == [0, 0] and not worker.core.engine_of
-    assert submitted and (set(submitted) == {Priority.LOW} if mode == "action_level" else Priority.LOW in set(submitted))
+    assert submitted and set(submitted) <= {Priority.HIGH, Priority.LOW}
+    if mode == "action_level":
+        assert set(submitted) == {Priority.LOW}
+    elif live_set is None:
+        # all three groups run at once (async factor 1.5): the one past the batch asks LOW. Under a
+        # live set the pool may hold that group back until the batch is done, so no LOW need be sent.
+        assert Priority.LOW in set(submitted)
     if live_set is not None:
         # some program waited outside the pool (queued at its start or paused) and was resumed
         assert calls["check_live_set"] > 0 and worker.core.live_set.resumes > 0
