@@ -52,3 +52,21 @@ def test_thunderagent_is_its_scheduler_policy_on_sglang_s_cache():
     assert (thunderagent.engine.cache_policy, thunderagent.engine.demotion) == ("lru", False)
     assert venus.scheduler.live_set_rule == "venus"
     assert system("+migration").config.scheduler.live_set_rule is None
+
+
+def test_each_live_program_reserves_the_configured_headroom(monkeypatch):
+    """`scheduler.live_set_buffer_tokens` reaches the simulator's live set in its units (what a
+    buffer does to the room left is `tests/rollout/test_live_set.py`'s)."""
+    built = []
+    original_result = run._result
+
+    def keep(spec, loop, engines, worker, coordinator, trainer, first, wall):
+        built.append(worker.core.live_set)
+        return original_result(spec, loop, engines, worker, coordinator, trainer, first, wall)
+
+    monkeypatch.setattr(run, "_result", keep)
+    for tokens in (0, 320):
+        run.simulate(small_spec("venus", config={"scheduler.live_set_buffer_tokens": tokens}, steps=2))
+    none, reserved = built
+    assert (none.buffer, reserved.buffer) == (1, 320 // 16)  # at least one unit, in 16-token units
+    assert none.pauses > 0 and reserved.pauses > 0

@@ -6,7 +6,8 @@ The workload (`bench.workload`): agent tasks whose latent difficulty sets the nu
 turns of each trajectory; the prompt shows it only as a noisy hint; the environment
 answers every turn after an exponential tool latency. Each mode runs as its real
 counterpart: the baselines on SGLang's LRU radix cache with no priority (ThunderAgent pausing
-programs by its own rule, `rollout/live_set.py`, every `REAL_TOOL_MEAN_S`-scaled 5 s), venus with the
+programs by its own rule, `rollout/live_set.py`, every 5 s with 100 tokens of headroom a program,
+both scaled to the bench's tools and turns), venus with the
 coordinator's default policy (`scheduler.policy: venus`), its learned length predictor,
 tiered KV residency, demotion, orchestration and its live set; `venus_no_moves` is venus with
 `rollout.orchestration: false` (no turn moves between engines), reported beside it.
@@ -75,7 +76,7 @@ from venusrl.model.chat import load_tokenizer
 from venusrl.model.checkpoint import load_model
 from venusrl.model.tiny import make_tiny_model
 from venusrl.rollout.config import RolloutConfig
-from venusrl.rollout.live_set import THUNDERAGENT_INTERVAL_S, LiveSetRuleName
+from venusrl.rollout.live_set import BUFFER_PER_PROGRAM, THUNDERAGENT_INTERVAL_S, LiveSetRuleName
 from venusrl.rollout.slots import SlotMode
 from venusrl.rollout.worker import RolloutWorker, next_ready
 from venusrl.sim.cost_model import fit
@@ -144,6 +145,12 @@ BASELINES = ("action_level", "trajectory_level", "thunderagent")
 # `tool_latency_mean_s` (0.1 s), so its live-set interval is scaled by the same ratio: one check
 # per ~1 mean tool call in both (venus's live set runs at the same interval).
 REAL_TOOL_MEAN_S = 4.9
+# Its live programs each reserve 100 tokens of decode headroom (backend/state.py L23) against
+# turns of a few hundred tokens (the simulator's SWE-agent-like workload: 250-600 generated
+# tokens a turn by difficulty, about 350 at its mean); the bench's turns are `tokens_per_turn`
+# (16), so the headroom is scaled by the same ratio (5 tokens, not 100: at 100, 24 programs an
+# engine would reserve 2,400 of a 4,500-token pool and pause programs that fit).
+REAL_TURN_TOKENS = 350
 VARIANTS = {"venus": "", "venus_no_moves": "venus_no_moves_"}  # venus's modes -> prefix of their speedup keys
 
 
@@ -288,7 +295,8 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
     worker = RolloutWorker(coordinator, async_engines, load_tokenizer(model_dir), partial(AgentTaskEnv, Counter()), rollout,
                            slots=case.slots_per_engine, mode=setup.slot_mode, predictor=predictor,
                            on_ready=ready.put_nowait, live_set=setup.live_set,
-                           live_set_interval_s=THUNDERAGENT_INTERVAL_S * case.tool_latency_mean_s / REAL_TOOL_MEAN_S)
+                           live_set_interval_s=THUNDERAGENT_INTERVAL_S * case.tool_latency_mean_s / REAL_TOOL_MEAN_S,
+                           live_set_buffer_tokens=max(1, round(BUFFER_PER_PROGRAM * case.tokens_per_turn / REAL_TURN_TOKENS)))
     trainer = StreamingTrainerClock(case.batch_groups)
     gradient_s = trainer_s * case.gradient_fraction / case.batch_groups
     optimizer_s = trainer_s * (1 - case.gradient_fraction)

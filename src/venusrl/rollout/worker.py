@@ -36,7 +36,7 @@ from venusrl.rollout.agent_loop import TurnOutput, run_agent_loop
 from venusrl.rollout.config import RolloutConfig
 from venusrl.rollout.core import Action, Grant, Preempt, RolloutCore, SetEnginePriority
 from venusrl.rollout.generate import release_quietly
-from venusrl.rollout.live_set import THUNDERAGENT_INTERVAL_S, LiveSetRuleName
+from venusrl.rollout.live_set import BUFFER_PER_PROGRAM, THUNDERAGENT_INTERVAL_S, LiveSetRuleName
 from venusrl.rollout.orchestrator import Move
 from venusrl.rollout.slots import SlotMode, SlotScheduler
 from venusrl.sandbox.api import AsyncSandbox
@@ -92,11 +92,13 @@ class RolloutWorker:
         on_ready: Callable[[Group], None] | None = None,
         live_set: LiveSetRuleName | None = None,
         live_set_interval_s: float = THUNDERAGENT_INTERVAL_S,
+        live_set_buffer_tokens: int = BUFFER_PER_PROGRAM,
         acting_decay: bool = False,
     ):
         """`live_set`: pause programs so the live ones' KV fits each engine's pool, checked every
-        `live_set_interval_s` (`rollout/live_set.py`: ThunderAgent's rule or venus's;
-        `SchedulerConfig.live_set_rule` names it)."""
+        `live_set_interval_s`, each live program reserving `live_set_buffer_tokens` of headroom
+        (`rollout/live_set.py`: ThunderAgent's rule or venus's; `SchedulerConfig.live_set_rule`
+        names it)."""
         self.coordinator, self.tokenizer = coordinator, tokenizer
         self.engines = engines if isinstance(engines, list) else [engines]
         self.env_factory, self.config, self.clock = env_factory, config, clock
@@ -106,6 +108,7 @@ class RolloutWorker:
         capacity = min(engine.info().kv_capacity_tokens for engine in self.engines) if live_set else 0
         self.core = RolloutCore(coordinator, len(self.engines), slots, mode, orchestration=config.orchestration,
                                 live_set=live_set, kv_capacity_tokens=capacity, acting_decay=acting_decay,
+                                buffer_tokens=live_set_buffer_tokens,
                                 context_tokens=lambda tid: len(self._context.get(tid, ())))
         self.ready: list[Group] = []
         self.dropped: list[Prompt] = []

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from venusrl.coordinator.config import DEFAULT_POLICY, PolicyName
-from venusrl.rollout.live_set import THUNDERAGENT_INTERVAL_S, LiveSetRuleName
+from venusrl.rollout.live_set import BUFFER_PER_PROGRAM, THUNDERAGENT_INTERVAL_S, LiveSetRuleName
 from venusrl.rollout.slots import SlotMode
 from venusrl.schema import Section
 
@@ -44,6 +44,9 @@ class SchedulerConfig(Section):
     live_set_interval_s: float = Field(
         THUNDERAGENT_INTERVAL_S, gt=0, description="seconds between live-set checks (ThunderAgent's "
         "scheduler_interval, 5 s)")
+    live_set_buffer_tokens: int = Field(
+        BUFFER_PER_PROGRAM, ge=0, description="tokens of decode headroom each live program reserves in its "
+        "engine's pool (ThunderAgent's BUFFER_PER_PROGRAM, 100 tokens against turns of a few hundred)")
     acting_token_decay: bool = Field(
         False, description="a resume counts a program's tokens in a tool call with a 2^-t decay, t its seconds "
         "there (ThunderAgent's --use-acting-token-decay; off by default there too)")

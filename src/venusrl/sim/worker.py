@@ -20,7 +20,6 @@ from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.coordinator.decisions import Decisions
 from venusrl.engine.request import PartialOutput
 from venusrl.rollout.core import Action, Grant, Preempt, RolloutCore, SetEnginePriority
-from venusrl.rollout.live_set import BUFFER_PER_PROGRAM
 from venusrl.rollout.orchestrator import Move
 from venusrl.rollout.slots import SlotScheduler
 from venusrl.sim.engine import SimEngine
@@ -109,12 +108,12 @@ class SimWorker:
 
     def __post_init__(self) -> None:
         scheduler = self.system.config.scheduler
-        # the live set counts in the simulator's units: the pool's, and ThunderAgent's buffer scaled
+        # the live set counts in the simulator's units: the pool's, and the configured buffer scaled
         self.core = RolloutCore(self.coordinator, len(self.engines), self.slots_per_engine, self.system.slot_mode,
                                 demotion_aware=self.system.demotion, orchestration=self.system.orchestration,
                                 live_set=scheduler.live_set_rule, acting_decay=scheduler.acting_token_decay,
                                 kv_capacity_tokens=self.engines[0].scheduler.allocator.capacity_tokens,
-                                buffer_tokens=max(1, round(BUFFER_PER_PROGRAM / self.quantum)),
+                                buffer_tokens=max(1, round(scheduler.live_set_buffer_tokens / self.quantum)),
                                 context_tokens=lambda tid: len(self.live[tid].token_ids))
         for engine in self.engines:
             engine.on_finished = self._on_request_finished
