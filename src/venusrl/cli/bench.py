@@ -149,6 +149,9 @@ def bench_rollout(
     tool_latency_s: Annotated[float | None, typer.Option(
         min=0.0, help="replace the case's mean tool latency (exponential): against a turn's engine time it "
         "decides how often every resident trajectory is in its tool at once")] = None,
+    max_turns: Annotated[int | None, typer.Option(
+        min=1, help="replace the case's turn cap (the long-tail cell: 20; a task's turns grow with its "
+        "difficulty up to it)")] = None,
     engine_backend: Annotated[str | None, typer.Option(
         help="ours, or vllm: vLLM's AsyncLLM under venus's scheduler (run from the vLLM venv, `make vllm-venv`; "
         "no engine-time breakdown: vLLM reports no step durations)")] = None,
@@ -177,12 +180,12 @@ def bench_rollout(
     overrides = {name: value for name, value in (("slots_per_engine", slots_per_engine),
                  ("kv_tokens_per_engine", kv_tokens_per_engine), ("repeats", repeats),
                  ("test_log_lines", test_log_lines), ("tool_latency_mean_s", tool_latency_s),
-                 ("engine_backend", engine_backend), ("head_dim", head_dim),
+                 ("max_turns", max_turns), ("engine_backend", engine_backend), ("head_dim", head_dim),
                  ("vllm_kv_connector", vllm_kv_connector)) if value is not None}
     if overrides and (sweep or greedy_check):
         raise typer.BadParameter("case overrides apply to the timed table, not to --sweep or --greedy-check",
                                  param_hint="--slots-per-engine/--kv-tokens-per-engine/--repeats/--test-log-lines/"
-                                 "--tool-latency-s/--engine-backend/--head-dim/--vllm-kv-connector")
+                                 "--tool-latency-s/--max-turns/--engine-backend/--head-dim/--vllm-kv-connector")
     main(quick, json_out, sweep, engine_placement, greedy_check, overrides)
 
 
