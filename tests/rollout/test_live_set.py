@@ -87,6 +87,36 @@ def test_venus_pauses_the_least_urgent_first_never_a_promoted_one_and_marks_only
     s.check_fits()
 
 
+def test_an_idle_engine_resumes_its_most_urgent_pending_program_at_once_under_venus_only():
+    """Venus: an engine with nothing to run takes the most urgent paused program with a turn
+    pending there (or one that never ran, from any engine); ThunderAgent waits for its check."""
+    urgency = {"low": (2, 0.0), "high": (1, 0.5), "high_first": (1, 0.1), "idle": (1, 0.0), "new": (1, 0.0),
+               "blocker": (2, 0.0)}
+    for rule, expected in (("venus", "high_first"), ("thunderagent", None)):
+        s = LiveSet([1000, 1000], rule, buffer_tokens=0, urgency=urgency.__getitem__)
+        keys = ["low", "high", "high_first", "idle"]
+        for group, key in enumerate(keys):
+            s.start(key, group, 100, engine=0)
+            s.programs[key].engine = 0  # all on engine 0 (start spreads them)
+            s.wants(key, 100)  # it runs there
+            s.acted(key, 100, now=0.0)
+        for key in keys:
+            s._pause(key, s.programs[key])
+        for key in ("low", "high", "high_first"):
+            assert not s.wants(key, 100)  # a turn pending, paused
+        assert s.resume_for_idle(1) is None  # none of them has run there, none is new
+        assert s.resume_for_idle(0) == expected
+        if expected:
+            assert not s.programs[expected].paused and s.resumes == 1
+            assert s.programs["idle"].paused  # no turn pending: nothing to run
+    s = LiveSet([1000, 1000], "venus", buffer_tokens=0, urgency=urgency.__getitem__)
+    s.start("blocker", 0, 900, engine=0), s.wants("blocker", 900), s.acted("blocker", 1100, now=0.0)
+    s.check(now=1.0)  # "blocker" pauses: new programs queue behind it
+    s.start("new", 1, 100, engine=0)
+    assert s.programs["new"].paused and not s.wants("new", 100)
+    assert s.resume_for_idle(1) == "new" and s.programs["new"].engine == 1
+
+
 programs = st.lists(st.tuples(st.integers(1, 400), st.booleans(), st.integers(0, 2)), min_size=1, max_size=12)
 
 

@@ -129,7 +129,7 @@ def test_the_engines_calls_swap_action_level_and_venus():
 
 
 def test_delivery_latency_swaps_action_level_and_venus():
-    _swap("rollflash", "venus", 1, {}, {"delivery_latency_s": 0.5})
+    _swap("rollflash", "+migration", 2, {}, {"delivery_latency_s": 0.5})
 
 
 def test_the_demoted_set_query_swaps_action_level_and_venus():

@@ -219,7 +219,9 @@ class RolloutCore:
         if trajectory_id in self.moving:
             raise ValueError(f"trajectory {trajectory_id} asks for a slot while it is moving")
         if self.live_set is not None and not self.live_set.wants(trajectory_id, self.context_tokens(trajectory_id)):
-            return []  # paused: it asks once a live-set check resumes it (`check_live_set`)
+            # paused: it asks once a live-set check resumes it (`check_live_set`), or now if its
+            # engine has nothing to run (venus's rule)
+            return self._resume_for_idle(self.engine_of[trajectory_id])
         return self._ask(trajectory_id)
 
     def _ask(self, trajectory_id: int) -> list[Action]:
@@ -378,7 +380,22 @@ class RolloutCore:
         actions: list[Action] = [self._grant(t, engine) for t in self.slots[engine].release(trajectory_id, finished)]
         if self.orchestration:
             actions.extend(self._steal_for(engine))
-        return actions
+        return actions + self._resume_for_idle(engine)
+
+    def _resume_for_idle(self, engine: int) -> list[Action]:
+        """`engine` holds and queues no turn: a paused program resumes there at once
+        (`LiveSet.resume_for_idle`, venus's rule) and asks for its slot."""
+        slots = self.slots[engine]
+        if self.live_set is None or slots.holders or slots.waiting:
+            return []
+        trajectory_id = self.live_set.resume_for_idle(engine)
+        if trajectory_id is None:
+            return []
+        self._replace(trajectory_id, engine)
+        actions: list[Action] = []
+        if self.mode == "priority":  # its KV is protected again at its own priority
+            actions.append(SetEnginePriority(trajectory_id, engine, self.declared_priority(trajectory_id)))
+        return actions + self._ask(trajectory_id)
 
     def _steal_for(self, target: int) -> list[Action]:
         """An engine whose slots would idle takes a turn queued on another (`steal_candidate`)."""

@@ -40,7 +40,12 @@ Two rules, one mechanism (`LiveSetRule`):
   the least urgent class first (ACTING before REASONING inside a class, smallest first) and
   never a PROMOTED program; it marks REASONING programs only until the marked tokens cover
   the overflow (a mark frees its tokens at the program's next tool call, so counting them
-  avoids pausing what need not be). Resume takes the most urgent first.
+  avoids pausing what need not be). Resume takes the most urgent first. An engine with
+  nothing to run does not wait for the next check: the most urgent paused program with a
+  turn pending there (or one that never ran) resumes at once (`resume_for_idle`). Pausing
+  trades recompute for idle slots; an engine at rest pays the idle and saves nothing (the
+  real bench's default and long-tail cells, with 1-3 slots an engine, lost 18-20% to
+  action_level without this).
 
 Invariants (`check_invariants`, after every event; `check_fits`, venus's rule, after `check`):
 - a paused program is never marked, and only a paused one waits for a resume;
@@ -224,6 +229,21 @@ class LiveSet:
             if room[target] <= self.buffer:
                 del room[target]
         return resumed + self._resume_oversized()
+
+    def resume_for_idle(self, engine: int) -> Hashable | None:
+        """`engine` runs nothing and nothing waits for it (venus's rule only; ThunderAgent
+        resumes at its checks): the most urgent paused program with a turn pending there, or
+        one that never ran (it moves there), resumes now. Returns it, or None."""
+        if self.rule != "venus":
+            return None
+        pending = [(k, p) for k, p in self.programs.items()
+                   if p.paused and p.wants and (p.engine == engine or not p.ran)]
+        if not pending:
+            return None
+        key, program = min(pending, key=lambda kp: (*self._resume_rank(kp[0], kp[1]), kp[1].tokens))
+        program.engine, program.paused, program.wants, program.ran = engine, False, False, True
+        self.resumes += 1
+        return key
 
     def _resume_oversized(self) -> list[Hashable]:
         """A program whose context outgrew a whole pool would never fit: it resumes alone, on
