@@ -292,6 +292,48 @@ def test_a_turn_stolen_before_it_asks_again_waits_for_its_move_and_asks_on_the_t
     worker.core.check_invariants()
 
 
+def test_a_turn_stolen_while_its_driver_asks_for_the_demoted_set_waits_for_its_move(tiny_model_dir):
+    """A preempted turn waits in the core's queue (here: trajectory 1 behind trajectory 2 on
+    engine 0, while trajectory 3 holds engine 1's slot). Its driver, back in `_acquire`, asks
+    engine 0 for its demoted set first (the slots are full); while it waits for that answer,
+    engine 1 frees its slot and steals the turn. Seen in the rollout bench as a failed
+    trajectory ("asks for a slot while it is moving"): the driver now waits for the move and
+    holds a slot on the target."""
+    from venusrl.types import Priority
+
+    engines = [Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=4096, page_size=1)) for _ in range(2)]
+    coordinator = DataCoordinator(CoordinatorConfig(group_size=1, batch_groups=3), prompts(3))
+
+    class FreesTheOtherEngineWhileAsked(AsyncEngine):
+        """Engine 0: trajectory 3 releases engine 1's slot while engine 0 answers."""
+
+        async def demoted_trajectories(self):
+            worker._act(worker.core.release_slot(3))
+            return await super().demoted_trajectories()
+
+    async def main():
+        nonlocal worker
+        async_engines = [FreesTheOtherEngineWhileAsked(engines[0]), AsyncEngine(engines[1])]
+        try:
+            worker = RolloutWorker(coordinator, async_engines, engines[0].tokenizer, CalculatorEnv, RolloutConfig(),
+                                   slots=1)
+            worker.core.declared_priority = lambda trajectory_id, policy=None: Priority.HIGH
+            worker.core.place(2, engine=0), worker.core.place(1, engine=0), worker.core.place(3, engine=1)
+            worker.core.request_slot(2), worker.core.request_slot(3)
+            worker._context[1] = list(range(30, 80))
+            assert worker.core.request_slot(1) == [] and 1 in worker.core.slots[0].waiting  # queued, as when preempted
+            await worker._acquire(1)
+        finally:
+            for e in async_engines:
+                await e.shutdown()
+
+    worker = None
+    asyncio.run(main())
+    assert worker.migrations == 1 and worker.core.engine_of[1] == 1 and 1 in worker.core.slots[1].holders
+    assert not worker.core.moving
+    worker.core.check_invariants()
+
+
 def test_a_move_whose_trajectory_ended_before_its_copy_began_does_nothing(tiny_model_dir):
     """The core moves a waiter; its task may end (discarded, the round over) before the move's
     copy task runs. Seen in the rollout bench as a KeyError in `_move`: the copy now finds no

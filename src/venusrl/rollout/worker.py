@@ -389,6 +389,10 @@ class RolloutWorker:
             asked = self.core.wants_demoted(trajectory_id)
             if asked is not None:
                 self._act(self.core.demoted(asked, await self.engines[asked].demoted_trajectories()))
+                # a preempted turn waits in the core's queue while its driver asks the engine:
+                # meanwhile it may have been granted a slot, or stolen by an idle engine
+                if trajectory_id in self.core.moving or trajectory_id in self.core.slots[engine].holders:
+                    continue
             granted = self._grants[trajectory_id] = asyncio.Event()
             self._act(self.core.request_slot(trajectory_id))
             if trajectory_id not in self.core.slots[self.core.engine_of[trajectory_id]].holders:
