@@ -221,23 +221,27 @@ def test_orchestration_moves_an_urgent_waiter_off_the_hot_engine():
 
 
 events = st.lists(st.tuples(
-    st.sampled_from(["request", "release", "finish", "policy", "demoted", "orchestrate", "arrive", "check"]),
+    st.sampled_from(["request", "release", "finish", "policy", "demoted", "orchestrate", "arrive", "check",
+                     "observe"]),
     st.integers(0, 11), st.integers(0, 3), st.frozensets(st.integers(0, 11), max_size=4),
 ), max_size=120)  # fmt: skip
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 3), st.integers(1, 3), st.sampled_from(["priority", "action_level", "trajectory_level"]),
-       st.sampled_from([None, "thunderagent", "venus"]), events)
-def test_invariants_hold_under_any_event_sequence(engines, slots, mode, live_set, steps):
+       st.sampled_from([None, "thunderagent", "venus"]), st.sampled_from([0.0, 0.1]), events)
+def test_invariants_hold_under_any_event_sequence(engines, slots, mode, live_set, thrash_fraction, steps):
     """Every event keeps the core's invariants; with a live set, a paused trajectory never
-    queues for a slot, and venus's rule holds after each check: every engine's live demand
-    (less what is marked to pause) fits its pool, or only PROMOTED programs are left to pause."""
+    queues for a slot, and venus's rule holds after each check: every engaged engine's live
+    demand (less what is marked to pause) fits its pool, or only PROMOTED programs are left to
+    pause; an engine not engaged pauses nothing. Engines report their counters ("observe":
+    400 tokens of context, `index` x 10 of them recomputed), so some engage and some do not."""
     c = coordinator(groups=6, group_size=2)
     ids = started(c)
     tokens = dict.fromkeys(ids, 60)  # contexts grow by a turn at each release
     core = RolloutCore(c, engines, slots, mode, live_set=live_set, kv_capacity_tokens=400,
-                       context_tokens=tokens.__getitem__, buffer_tokens=10)
+                       context_tokens=tokens.__getitem__, buffer_tokens=10, thrash_fraction=thrash_fraction)
+    counters = [[0, 0] for _ in range(engines)]
     driver = Driver(core)
     for t in ids:
         core.place(t)
@@ -278,6 +282,10 @@ def test_invariants_hold_under_any_event_sequence(engines, slots, mode, live_set
             driver.apply(core.orchestrate(pressure, dict.fromkeys(range(engines), 1000), lambda _: 50, 0.9))
         elif kind == "arrive" and t in core.moving:
             assert core.arrived(t)
+        elif kind == "observe" and engine in core.engines_to_observe():
+            counters[engine][0] += 400
+            counters[engine][1] += 10 * index
+            core.observe_engine(engine, *counters[engine])
         core.check_invariants()
         if mode == "priority":  # an urgent turn never waits behind LOW work (`_serve_urgent`)
             for slots_e in core.slots:

@@ -10,8 +10,9 @@ from venusrl.rollout.live_set import LiveSet
 
 
 def live(capacity: int, programs: dict[str, tuple[int, bool]], rule="thunderagent", urgency=None) -> LiveSet:
-    """One engine; `programs`: key -> (tokens, in a tool call), each its own group, started live."""
-    live_set = LiveSet([capacity], rule, buffer_tokens=0, urgency=urgency)
+    """One engine; `programs`: key -> (tokens, in a tool call), each its own group, started live.
+    Venus's live set is engaged from the start (`thrash_fraction=0`)."""
+    live_set = LiveSet([capacity], rule, buffer_tokens=0, urgency=urgency, thrash_fraction=0.0)
     for group, (key, (tokens, acting)) in enumerate(programs.items()):
         live_set.start(key, group, 0, engine=0)
         live_set.wants(key, tokens)
@@ -93,7 +94,7 @@ def test_an_idle_engine_resumes_its_most_urgent_pending_program_at_once_under_ve
     urgency = {"low": (2, 0.0), "high": (1, 0.5), "high_first": (1, 0.1), "idle": (1, 0.0), "new": (1, 0.0),
                "blocker": (2, 0.0)}
     for rule, expected in (("venus", "high_first"), ("thunderagent", None)):
-        s = LiveSet([1000, 1000], rule, buffer_tokens=0, urgency=urgency.__getitem__)
+        s = LiveSet([1000, 1000], rule, buffer_tokens=0, urgency=urgency.__getitem__, thrash_fraction=0.0)
         keys = ["low", "high", "high_first", "idle"]
         for group, key in enumerate(keys):
             s.start(key, group, 100, engine=0)
@@ -109,7 +110,7 @@ def test_an_idle_engine_resumes_its_most_urgent_pending_program_at_once_under_ve
         if expected:
             assert not s.programs[expected].paused and s.resumes == 1
             assert s.programs["idle"].paused  # no turn pending: nothing to run
-    s = LiveSet([1000, 1000], "venus", buffer_tokens=0, urgency=urgency.__getitem__)
+    s = LiveSet([1000, 1000], "venus", buffer_tokens=0, urgency=urgency.__getitem__, thrash_fraction=0.0)
     s.start("blocker", 0, 900, engine=0), s.wants("blocker", 900), s.acted("blocker", 1100, now=0.0)
     s.check(now=1.0)  # "blocker" pauses: new programs queue behind it
     s.start("new", 1, 100, engine=0)
@@ -117,16 +118,50 @@ def test_an_idle_engine_resumes_its_most_urgent_pending_program_at_once_under_ve
     assert s.resume_for_idle(1) == "new" and s.programs["new"].engine == 1
 
 
+def test_venus_pauses_nothing_on_an_engine_until_it_thrashes_and_then_for_good():
+    """An engine's venus live set engages once it recomputes more than `thrash_fraction` of the
+    context its requests bring in two windows of a pool's worth in a row; before that an
+    over-full engine pauses nothing and new programs start live where they are placed."""
+    urgency = {"a": (2, 0.0), "b": (2, 0.0), "c": (2, 0.0), "new": (1, 0.0)}
+    s = LiveSet([1000, 1000], "venus", buffer_tokens=0, urgency=urgency.__getitem__, thrash_fraction=0.1)
+    assert s.watching() == [0, 1]
+    for group, key in enumerate(["a", "b", "c"]):
+        s.start(key, group, 500, engine=0)
+        s.wants(key, 500), s.acted(key, 500, now=0.0)
+    assert s.remaining(0) == -500
+    s.check(now=1.0)
+    assert not any(p.paused or p.marked for p in s.programs.values())
+    s.check_fits()
+    assert not s.observe(0, prompt_tokens=900, recomputed_tokens=300)  # less than a pool's worth: no verdict yet
+    assert not s.observe(0, prompt_tokens=1200, recomputed_tokens=400)  # 33% of 1,200: one window over
+    assert not s.observe(0, prompt_tokens=2400, recomputed_tokens=450)  # 4%: the streak ends
+    assert not s.observe(0, prompt_tokens=3400, recomputed_tokens=650) and s.watching() == [0, 1]  # 20%, once
+    assert s.observe(0, prompt_tokens=4600, recomputed_tokens=900)  # 21%: a second window in a row
+    assert s.engaged == [True, False] and s.watching() == [1]
+    s.check(now=2.0)
+    assert [k for k, p in s.programs.items() if p.paused] == ["a"]  # over by 500: the smallest LOW one in a tool
+    assert not s.observe(0, prompt_tokens=9000, recomputed_tokens=900) and s.engaged[0]  # engaged for good
+    s.start("new", 3, 100, engine=1)  # a program is paused on engine 0; engine 1 does not thrash
+    assert not s.programs["new"].paused and s.programs["new"].engine == 1
+    s.check_fits()
+    assert LiveSet([1000], "thunderagent").watching() == []  # ThunderAgent's rule has no gate
+
+
 programs = st.lists(st.tuples(st.integers(1, 400), st.booleans(), st.integers(0, 2)), min_size=1, max_size=12)
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.integers(1, 3), programs, st.lists(st.tuples(st.integers(0, 11), st.integers(0, 300)), max_size=30))
-def test_venus_live_demand_fits_each_pool_after_every_check(engines, starts, growth):
-    """Venus's rule as an invariant: after each check, every engine's live demand less what is
-    marked to pause fits its pool, or only PROMOTED programs are left to pause there."""
+@given(st.integers(1, 3), programs, st.lists(st.tuples(st.integers(0, 11), st.integers(0, 300)), max_size=30),
+       st.sampled_from([0.0, 0.1]), st.lists(st.integers(0, 400), max_size=30))
+def test_venus_live_demand_fits_each_pool_after_every_check(engines, starts, growth, thrash_fraction, recomputed):
+    """Venus's rule as an invariant: after each check, every engaged engine's live demand less
+    what is marked to pause fits its pool, or only PROMOTED programs are left to pause there;
+    an engine not engaged pauses and marks nothing. Engines report 300 tokens of context a step,
+    of them `recomputed` (so some engage, some never)."""
     urgency = {i: (cls, 0.0) for i, (_, _, cls) in enumerate(starts)}
-    s = LiveSet([600] * engines, "venus", buffer_tokens=20, urgency=urgency.__getitem__)
+    s = LiveSet([600] * engines, "venus", buffer_tokens=20, urgency=urgency.__getitem__,
+                thrash_fraction=thrash_fraction)
+    totals = [[0, 0] for _ in range(engines)]
     for i, (tokens, acting, _) in enumerate(starts):
         s.start(i, i % 3, tokens, engine=i % engines)
         s.wants(i, tokens)
@@ -139,6 +174,10 @@ def test_venus_live_demand_fits_each_pool_after_every_check(engines, starts, gro
             s.wants(key, program.tokens + grown)
         elif not program.paused:
             s.acted(key, program.tokens + grown, now=float(step))
+        engine = step % engines
+        totals[engine][0] += 300
+        totals[engine][1] += min(300, recomputed[step % len(recomputed)]) if recomputed else 0
+        s.observe(engine, *totals[engine])
         s.check(now=float(step))
         s.check_invariants()
         s.check_fits()

@@ -420,13 +420,16 @@ def test_a_turn_preempted_while_its_finished_output_is_on_its_way_ends_once_with
     assert requests == [(0, "1"), (1, "1")] and worker.core.engine_of[1] == 1
 
 
-@pytest.mark.parametrize("live_set", [None, "thunderagent", "venus"])
+@pytest.mark.parametrize(("live_set", "thrash_fraction"),
+                         [(None, 0.1), ("thunderagent", 0.1), ("venus", 0.0), ("venus", 0.1)])
 def test_the_worker_schedules_through_the_rollout_core_and_keeps_its_invariants(tiny_model_dir, monkeypatch,
-                                                                                live_set):
+                                                                                live_set, thrash_fraction):
     """Two engines: every turn's slot, every start and end, every live-set check goes through
     the same `RolloutCore` the simulator drives, and its invariants hold after each event.
     ThunderAgent's mode (action-level slots, its live set) sends no priority; with a pool too
-    small for every program at once, the live set holds some back and the run still finishes."""
+    small for every program at once, the live set holds some back and the run still finishes.
+    Venus's live set engaged from the start does the same; with its thrash gate, the engines'
+    counters reach it at every check until it engages, and nothing pauses before."""
     from collections import Counter
 
     from venusrl.rollout.core import RolloutCore
@@ -434,7 +437,7 @@ def test_the_worker_schedules_through_the_rollout_core_and_keeps_its_invariants(
 
     calls: Counter = Counter()
     for name in ("place", "request_slot", "release_slot", "finish", "policy_changed", "declared_priority",
-                 "check_live_set"):
+                 "check_live_set", "observe_engine"):
         original = getattr(RolloutCore, name)
 
         def counted(self, *args, _original=original, _name=name, **kwargs):
@@ -467,7 +470,8 @@ def test_the_worker_schedules_through_the_rollout_core_and_keeps_its_invariants(
         try:
             worker = RolloutWorker(coordinator, async_engines, engines[0].tokenizer, CalculatorEnv,
                                    RolloutConfig(max_turns=2, max_new_tokens_per_turn=16), slots=1, mode=mode,
-                                   live_set=live_set, live_set_interval_s=0.01)
+                                   live_set=live_set, live_set_interval_s=0.01,
+                                   live_set_thrash_fraction=thrash_fraction)
             ready = await worker.run(groups=2)
             return worker, ready
         finally:
@@ -487,6 +491,10 @@ def test_the_worker_schedules_through_the_rollout_core_and_keeps_its_invariants(
         # all three groups run at once (async factor 1.5): the one past the batch asks LOW. Under a
         # live set the pool may hold that group back until the batch is done, so no LOW need be sent.
         assert Priority.LOW in set(submitted)
-    if live_set is not None:
+    if live_set == "venus" and thrash_fraction > 0:
+        gate = worker.core.live_set
+        assert calls["observe_engine"] > 0  # the engines' counters reached the gate
+        assert gate.pauses == 0 or any(gate.engaged), "an engine paused a program before it thrashed"
+    elif live_set is not None:
         # some program waited outside the pool (queued at its start or paused) and was resumed
         assert calls["check_live_set"] > 0 and worker.core.live_set.resumes > 0

@@ -167,7 +167,11 @@ class KVBook:
 
     def drop_all(self) -> int:
         """Evict the whole tree and host tier (running requests released first by the
-        caller); owed saves of stale KV are void. Returns the device tokens dropped."""
+        caller); owed saves of stale KV are void, and nothing counts as computed before any
+        more (prefilling with new weights recomputes nothing that was evicted: it is counted as
+        dropped, not as recompute, as the vLLM scheduler class's `HoldBook.clear` does).
+        Returns the device tokens dropped."""
+        self._computed_by_trajectory.clear()
         if self.host is not None:
             self.host.drop_all()
         self._copies.clear()

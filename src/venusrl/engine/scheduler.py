@@ -239,6 +239,8 @@ class Scheduler:
         for request in reversed(self.running):
             self.kv.release(request)
         self.queue.requeue_all_running()
+        for request in self.queue.waiting:
+            request.prior_computed = 0  # computed with the old weights: its next prefill is not a recompute
         dropped = self.kv.drop_all()
         self.counters.dropped_at_weight_update_tokens += dropped
         return dropped

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.coordinator.decisions import PriorityPolicy
-from venusrl.rollout.live_set import BUFFER_PER_PROGRAM, LiveSet, LiveSetRuleName
+from venusrl.rollout.live_set import BUFFER_PER_PROGRAM, THRASH_FRACTION, LiveSet, LiveSetRuleName
 from venusrl.rollout.orchestrator import Move, choose_moves
 from venusrl.rollout.slots import SlotMode, SlotScheduler, steal_candidate
 from venusrl.types import Priority
@@ -123,9 +123,11 @@ class RolloutCore:
         context_tokens: Callable[[int], int] | None = None,
         buffer_tokens: int = BUFFER_PER_PROGRAM,
         acting_decay: bool = False,
+        thrash_fraction: float = THRASH_FRACTION,
     ) -> None:
         """`live_set`: pause programs so the live ones' KV fits each engine's
-        `kv_capacity_tokens` (`rollout/live_set.py`), ThunderAgent's rule or venus's; the
+        `kv_capacity_tokens` (`rollout/live_set.py`), ThunderAgent's rule or venus's (on an
+        engine that recomputes more than `thrash_fraction` of its requests' context); the
         driver's `context_tokens` of a trajectory, in the capacity's units, feed it."""
         if engines < 1:
             raise ValueError(f"engines must be >= 1, got {engines}")
@@ -137,7 +139,7 @@ class RolloutCore:
         self.context_tokens = context_tokens
         self.live_set = None if live_set is None else LiveSet(
             [kv_capacity_tokens] * engines, live_set, buffer_tokens=buffer_tokens, acting_decay=acting_decay,
-            urgency=self._urgency)
+            urgency=self._urgency, thrash_fraction=thrash_fraction)
         self.slots = [SlotScheduler(slots_per_engine, mode, coordinator.critical_order) for _ in range(engines)]
         self.engine_of: dict[int, int] = {}  # placed trajectory -> engine
         self.moving: set[int] = set()  # moved, prefix KV not landed yet
@@ -248,6 +250,16 @@ class RolloutCore:
             self.live_set.acted(trajectory_id, self.context_tokens(trajectory_id), now)
             actions += self._tell_paused()
         return actions + self._release(trajectory_id, finished=False)
+
+    def engines_to_observe(self) -> list[int]:
+        """The engines whose counters the live set still reads before each check (venus's
+        rule, on engines not yet engaged): the driver reports them with `observe_engine`."""
+        return self.live_set.watching() if self.live_set is not None else []
+
+    def observe_engine(self, engine: int, prompt_tokens: int, recomputed_tokens: int) -> bool:
+        """The engine's running totals of context tokens brought by its requests and of those
+        recomputed (`LiveSet.observe`). Returns whether its live set engaged now."""
+        return self.live_set is not None and self.live_set.observe(engine, prompt_tokens, recomputed_tokens)
 
     def check_live_set(self, now: float) -> list[Action]:
         """The periodic live-set check (every `scheduler.live_set_interval_s`): paused programs

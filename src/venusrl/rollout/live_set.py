@@ -46,11 +46,26 @@ Two rules, one mechanism (`LiveSetRule`):
   trades recompute for idle slots; an engine at rest pays the idle and saves nothing (the
   real bench's default and long-tail cells, with 1-3 slots an engine, lost 18-20% to
   action_level without this).
+  **Only where KV thrashes.** An engine's live set engages (pauses programs there) once the
+  engine has recomputed more than `thrash_fraction` (0.1) of the context tokens its requests
+  brought in two windows in a row, each window a pool's worth of them, read from the
+  engine's own counters (`observe`; recompute is KV it had computed for the trajectory and
+  evicted, not what new weights made stale). Until then every program there is live, as
+  without a live set, and new programs start where the core places them; once engaged it
+  stays engaged. Pausing pays only where eviction costs: in Fig. 10's quick cells at
+  coarsening 1, the live set made venus 2-19% slower where the pool holds the window (4B
+  batch 16 and 64, 32B batch 16: hit rates 0.97) and twice as fast where it does not (32B
+  batch 64: hit rate 0.57 without it). There, an engine's windows recompute up to 9% (32B
+  batch 16) with isolated windows up to 17% (4B batch 64); at 32B batch 64 windows of 11-30%
+  follow one another as the contexts outgrow the pool. ThunderAgent's rule has no gate: its
+  source pauses whenever the live set outgrows the pool.
 
 Invariants (`check_invariants`, after every event; `check_fits`, venus's rule, after `check`):
 - a paused program is never marked, and only a paused one waits for a resume;
-- venus: after `check`, every engine's live demand less the tokens of its marked programs
-  fits its capacity, or every live program there that is not marked is PROMOTED.
+- venus: after `check`, every engaged engine's live demand less the tokens of its marked
+  programs fits its capacity, or every live program there that is not marked is PROMOTED; an
+  engine that is not engaged has no paused and no marked program (engaging is for good, so
+  it never paused one).
 """
 
 from __future__ import annotations
@@ -63,6 +78,8 @@ LiveSetRuleName = Literal["thunderagent", "venus"]
 
 BUFFER_PER_PROGRAM = 100  # tokens of decode headroom per live program (ThunderAgent backend/state.py L23)
 THUNDERAGENT_INTERVAL_S = 5.0  # ThunderAgent config.py L27: scheduler_interval
+THRASH_FRACTION = 0.1  # venus: an engine's live set engages once this much of its requests' context is recomputed
+THRASH_WINDOWS = 2  # ... in this many windows (of a pool's worth of context each) in a row
 
 
 @dataclass(slots=True)
@@ -88,10 +105,20 @@ Urgency = Callable[[Hashable], tuple[int, float]]
 class LiveSet:
     def __init__(self, capacities: list[int], rule: LiveSetRuleName = "thunderagent", *,
                  buffer_tokens: int = BUFFER_PER_PROGRAM, acting_weight: float = 1.0,
-                 acting_decay: bool = False, urgency: Urgency | None = None) -> None:
+                 acting_decay: bool = False, urgency: Urgency | None = None,
+                 thrash_fraction: float = THRASH_FRACTION) -> None:
+        """`thrash_fraction` (venus's rule): the share of its requests' context an engine must
+        recompute before its live set engages (0: engaged from the start)."""
         if rule == "venus" and urgency is None:
             raise ValueError("the venus live-set rule needs the programs' urgency")
+        if not 0.0 <= thrash_fraction <= 1.0:
+            raise ValueError(f"thrash_fraction must be in [0, 1], got {thrash_fraction}")
         self.capacities, self.rule = list(capacities), rule
+        self.thrash_fraction = thrash_fraction
+        # engines whose live set pauses programs; venus's engage when they thrash (`observe`)
+        self.engaged = [rule != "venus" or thrash_fraction == 0.0] * len(self.capacities)
+        self._window = [(0, 0)] * len(self.capacities)  # (prompt, recomputed) counters where a window began
+        self._thrashed = [0] * len(self.capacities)  # windows in a row over the thrash fraction
         self.buffer, self.acting_weight, self.acting_decay = buffer_tokens, acting_weight, acting_decay
         self.urgency = urgency if urgency is not None else (lambda _: (2, 0.0))
         self.programs: dict[Hashable, Program] = {}
@@ -107,6 +134,9 @@ class LiveSet:
         room) and resumes at a check, maybe on another engine."""
         if key in self.programs:
             raise ValueError(f"program {key!r} is already in the live set")
+        if not self.engaged[engine]:  # venus, an engine that does not thrash: live where placed
+            self.programs[key] = Program(engine, group, tokens, tokens)
+            return True
         best = None if any(p.paused for p in self.programs.values()) else self._new_engine(tokens)
         self.programs[key] = Program(engine if best is None else best, group, tokens, tokens, paused=best is None)
         return best is not None
@@ -157,6 +187,31 @@ class LiveSet:
         program = self.programs.get(key)
         return program is not None and program.paused
 
+    def observe(self, engine: int, prompt_tokens: int, recomputed_tokens: int) -> bool:
+        """The engine's running totals: context tokens its requests brought, and of those the
+        tokens it recomputed (KV it had computed for the trajectory and evicted). Each time a
+        pool's worth of context has come in since the window began, the window closes; after
+        `THRASH_WINDOWS` windows in a row that each recomputed more than `thrash_fraction` of
+        it, the engine's live set engages, for good. Returns whether it engaged now."""
+        if self.engaged[engine]:
+            return False
+        start_prompt, start_recomputed = self._window[engine]
+        if prompt_tokens < start_prompt:  # the engine's totals restarted (a new engine behind the client)
+            self._window[engine] = (prompt_tokens, recomputed_tokens)
+            return False
+        brought = prompt_tokens - start_prompt
+        if brought < self.capacities[engine]:
+            return False
+        self._window[engine] = (prompt_tokens, recomputed_tokens)
+        thrashed = recomputed_tokens - start_recomputed > self.thrash_fraction * brought
+        self._thrashed[engine] = self._thrashed[engine] + 1 if thrashed else 0
+        self.engaged[engine] = self._thrashed[engine] >= THRASH_WINDOWS
+        return self.engaged[engine]
+
+    def watching(self) -> list[int]:
+        """The engines whose counters `observe` still needs (venus's rule, not engaged yet)."""
+        return [engine for engine, engaged in enumerate(self.engaged) if not engaged]
+
     # ---- the periodic check ----------------------------------------------------------------
 
     def check(self, now: float) -> list[tuple[Hashable, bool]]:
@@ -170,7 +225,7 @@ class LiveSet:
             program.ran = program.ran or program.wants
             program.wants = False
         for engine in range(len(self.capacities)):
-            if self.remaining(engine) < 0:
+            if self.engaged[engine] and self.remaining(engine) < 0:
                 self._pause_until_safe(engine)
         return resumed
 
@@ -297,6 +352,10 @@ class LiveSet:
     def check_fits(self) -> None:
         """Venus's live-set rule, true right after `check` (programs grow between checks)."""
         for engine in range(len(self.capacities)):
+            if not self.engaged[engine]:
+                assert not any(p.engine == engine and (p.marked or p.paused) for p in self.programs.values()), (
+                    f"engine {engine}: a program is paused or marked while its live set is not engaged")
+                continue
             marked = sum(p.tokens for p in self.programs.values() if p.engine == engine and p.marked)
             if self.remaining(engine) + marked >= 0:
                 continue

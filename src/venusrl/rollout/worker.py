@@ -36,7 +36,12 @@ from venusrl.rollout.agent_loop import TurnOutput, run_agent_loop
 from venusrl.rollout.config import RolloutConfig
 from venusrl.rollout.core import Action, Grant, Preempt, RolloutCore, SetEnginePriority
 from venusrl.rollout.generate import release_quietly
-from venusrl.rollout.live_set import BUFFER_PER_PROGRAM, THUNDERAGENT_INTERVAL_S, LiveSetRuleName
+from venusrl.rollout.live_set import (
+    BUFFER_PER_PROGRAM,
+    THRASH_FRACTION,
+    THUNDERAGENT_INTERVAL_S,
+    LiveSetRuleName,
+)
 from venusrl.rollout.orchestrator import Move
 from venusrl.rollout.slots import SlotMode, SlotScheduler
 from venusrl.sandbox.api import AsyncSandbox
@@ -94,11 +99,13 @@ class RolloutWorker:
         live_set_interval_s: float = THUNDERAGENT_INTERVAL_S,
         live_set_buffer_tokens: int = BUFFER_PER_PROGRAM,
         acting_decay: bool = False,
+        live_set_thrash_fraction: float = THRASH_FRACTION,
     ):
         """`live_set`: pause programs so the live ones' KV fits each engine's pool, checked every
         `live_set_interval_s`, each live program reserving `live_set_buffer_tokens` of headroom
-        (`rollout/live_set.py`: ThunderAgent's rule or venus's; `SchedulerConfig.live_set_rule`
-        names it)."""
+        (`rollout/live_set.py`: ThunderAgent's rule or venus's, which engages on an engine once
+        it recomputes more than `live_set_thrash_fraction` of its requests' context;
+        `SchedulerConfig.live_set_rule` names it)."""
         self.coordinator, self.tokenizer = coordinator, tokenizer
         self.engines = engines if isinstance(engines, list) else [engines]
         self.env_factory, self.config, self.clock = env_factory, config, clock
@@ -108,7 +115,7 @@ class RolloutWorker:
         capacity = min(engine.info().kv_capacity_tokens for engine in self.engines) if live_set else 0
         self.core = RolloutCore(coordinator, len(self.engines), slots, mode, orchestration=config.orchestration,
                                 live_set=live_set, kv_capacity_tokens=capacity, acting_decay=acting_decay,
-                                buffer_tokens=live_set_buffer_tokens,
+                                buffer_tokens=live_set_buffer_tokens, thrash_fraction=live_set_thrash_fraction,
                                 context_tokens=lambda tid: len(self._context.get(tid, ())))
         self.ready: list[Group] = []
         self.dropped: list[Prompt] = []
@@ -263,6 +270,11 @@ class RolloutWorker:
         while True:
             await asyncio.sleep(self.live_set_interval_s)
             live_set = self.core.live_set
+            for index in self.core.engines_to_observe():
+                stats = await self.engines[index].stats()
+                if self.core.observe_engine(index, stats.prompt_tokens, stats.recomputed_tokens):
+                    log.info("live set engaged on engine %d: it recomputes more than %.0f%% of its requests' context",
+                             index, 100 * live_set.thrash_fraction)
             pauses, resumes = live_set.pauses, live_set.resumes
             self._act(self.core.check_live_set(self.clock()))
             if (live_set.pauses, live_set.resumes) != (pauses, resumes):

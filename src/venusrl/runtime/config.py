@@ -7,7 +7,12 @@ from typing import Literal
 from pydantic import Field
 
 from venusrl.coordinator.config import DEFAULT_POLICY, PolicyName
-from venusrl.rollout.live_set import BUFFER_PER_PROGRAM, THUNDERAGENT_INTERVAL_S, LiveSetRuleName
+from venusrl.rollout.live_set import (
+    BUFFER_PER_PROGRAM,
+    THRASH_FRACTION,
+    THUNDERAGENT_INTERVAL_S,
+    LiveSetRuleName,
+)
 from venusrl.rollout.slots import SlotMode
 from venusrl.schema import Section
 
@@ -47,6 +52,10 @@ class SchedulerConfig(Section):
     live_set_buffer_tokens: int = Field(
         BUFFER_PER_PROGRAM, ge=0, description="tokens of decode headroom each live program reserves in its "
         "engine's pool (ThunderAgent's BUFFER_PER_PROGRAM, 100 tokens against turns of a few hundred)")
+    live_set_thrash_fraction: float = Field(
+        THRASH_FRACTION, ge=0, le=1, description="venus: an engine's live set engages (pauses programs there) "
+        "once the engine recomputes more than this share of the context its requests bring, over windows of a "
+        "pool's worth; until then nothing is paused there (0: engaged from the start; thunderagent ignores it)")
     acting_token_decay: bool = Field(
         False, description="a resume counts a program's tokens in a tool call with a 2^-t decay, t its seconds "
         "there (ThunderAgent's --use-acting-token-decay; off by default there too)")

@@ -87,7 +87,8 @@ class RolloutService:
             slots=config.scheduler.slots_per_engine, mode=config.scheduler.slot_mode, predictor=self.predictor,
             sandboxes=self.cluster.controller if self.cluster else None, on_ready=self.ready.put_nowait,
             live_set=config.scheduler.live_set_rule, live_set_interval_s=config.scheduler.live_set_interval_s,
-            live_set_buffer_tokens=config.scheduler.live_set_buffer_tokens, acting_decay=config.scheduler.acting_token_decay)
+            live_set_buffer_tokens=config.scheduler.live_set_buffer_tokens, acting_decay=config.scheduler.acting_token_decay,
+            live_set_thrash_fraction=config.scheduler.live_set_thrash_fraction)
         log.info("rollout: %d engine(s) (%s), %s scheduling, environment %s, weight version %d",
                  len(self.async_engines), "given" if engine_handshakes else config.engine.placement, policy,
                  config.rollout.environment, weight_version)

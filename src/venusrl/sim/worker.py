@@ -112,6 +112,7 @@ class SimWorker:
         self.core = RolloutCore(self.coordinator, len(self.engines), self.slots_per_engine, self.system.slot_mode,
                                 demotion_aware=self.system.demotion, orchestration=self.system.orchestration,
                                 live_set=scheduler.live_set_rule, acting_decay=scheduler.acting_token_decay,
+                                thrash_fraction=scheduler.live_set_thrash_fraction,
                                 kv_capacity_tokens=self.engines[0].scheduler.allocator.capacity_tokens,
                                 buffer_tokens=max(1, round(scheduler.live_set_buffer_tokens / self.quantum)),
                                 context_tokens=lambda tid: len(self.live[tid].token_ids))
@@ -355,7 +356,11 @@ class SimWorker:
             self.loop.after(self.orchestration_interval_s, self._orchestrate)
 
     def _check_live_set(self) -> None:
-        """As the real worker: every `scheduler.live_set_interval_s`, the live-set check."""
+        """As the real worker: every `scheduler.live_set_interval_s`, the engines' counters the
+        live set still reads, then the live-set check."""
+        for index in self.core.engines_to_observe():
+            counters = self.engines[index].scheduler.counters
+            self.core.observe_engine(index, counters.prompt_tokens, counters.recomputed_tokens)
         self._act(self.core.check_live_set(self.loop.now))
         if self.live or not self.coordinator.finished:
             self.loop.after(self.system.config.scheduler.live_set_interval_s, self._check_live_set)
