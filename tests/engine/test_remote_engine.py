@@ -11,7 +11,7 @@ import time
 import pytest
 
 from venusrl.engine.async_engine import AsyncEngine, EngineStopped
-from venusrl.engine.client import EngineClient, EngineLoad
+from venusrl.engine.client import EngineClient, EngineInfo, EngineLoad
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
 from venusrl.engine.remote.process import EngineSpec
@@ -164,6 +164,8 @@ def test_bad_frames_get_a_clear_error_and_do_not_crash_the_engine(two_engines):
         reader, writer = await asyncio.open_connection(*remote.address)
         writer.write(data)
         frame = await read_frame(reader)
+        assert frame.header == {"op": "demoted", "trajectories": []}  # what the engine sends a connection first
+        frame = await read_frame(reader)
         writer.close()
         return frame.header if frame else None
 
@@ -240,14 +242,38 @@ def test_a_bad_spec_or_model_is_a_clear_error_before_the_handshake(tmp_path):
         spawn_engines([EngineSpec(model_dir=str(tmp_path / "nothing-here"))])
 
 
-def test_the_demoted_set_is_always_asked_of_the_engine(two_engines):
-    """A stalled engine demotes at iterations that send no outputs, so the client makes up no
-    answer from what it was last sent (an engine it cannot reach is an error, not "none");
-    a venus round froze on a demotion the client had not heard of."""
-    unreachable = RemoteEngine(("127.0.0.1", 1), two_engines[0].info())
+def test_the_engine_pushes_its_demoted_set_whenever_it_changes(tiny_model_dir):
+    """The client never asks for the set: the engine pushes it when a connection opens and
+    at every iteration or call that changes it, ahead of that iteration's outputs, outputs or
+    not (a stalled engine demotes at iterations that send nothing; a venus round once froze on
+    a demotion the client had not heard of). B's 158 held tokens and A's growing context
+    outgrow the 200-token pool, so the engine demotes while A streams: the client's set is
+    non-empty between two of A's outputs, and at the end it matches the engine's own count.
+    An engine it cannot reach is an error, not "none"."""
+    unreachable = RemoteEngine(("127.0.0.1", 1), EngineInfo(1, 1, 1, 1, ()))
     with pytest.raises(EngineStopped):
         asyncio.run(unreachable.demoted_trajectories())
-    assert asyncio.run(two_engines[0].demoted_trajectories()) == frozenset()
+    [engine] = spawn_engines([EngineSpec(model_dir=str(tiny_model_dir),
+                                         engine=EngineConfig(kv_capacity_tokens=200, page_size=1))])
+    short = SamplingParams(max_new_tokens=8, temperature=0, stop_token_ids=(-1,))
+    long = SamplingParams(max_new_tokens=160, temperature=0, stop_token_ids=(-1,))
+
+    async def scenario():
+        first = await engine.demoted_trajectories()
+        await engine.start_trajectory("b", Priority.HIGH)
+        await _generate(engine, list(range(100, 250)), "b", short)
+        await engine.start_trajectory("a", Priority.HIGH)
+        seen = [await engine.demoted_trajectories()
+                async for _ in engine.generate(list(range(10, 40)), long, Priority.HIGH, "a")]
+        return first, seen, await engine.demoted_trajectories(), await engine.stats()
+
+    try:
+        first, seen, last, stats = asyncio.run(scenario())
+    finally:
+        asyncio.run(engine.shutdown())
+    assert first == frozenset()
+    assert stats.demotions >= 1 and any(seen) and all(demoted <= {"a", "b"} for demoted in seen)
+    assert len(last) == stats.demoted_trajectories
 
 
 def test_bench_remote_throughput_pairs_the_placements_on_the_same_outputs(tiny_model_dir):

@@ -15,8 +15,9 @@ for the simulator to use unchanged on other runs:
   worker holding it (the engine handing it over, its process sending it, the rollout process
   reading it): the mean over the run's requests. A finished request's output travels the same
   way, and its turn ends only then.
-- `demoted_query_s`: the mean time of the worker's `demoted_trajectories` calls (venus asks
-  its engine before a turn that may hold a slot asks for one, and waits for the answer).
+- `demoted_query_s`: the mean time of the worker's `demoted_trajectories` calls (venus reads
+  its engine's demoted set before a turn that may hold a slot asks for one: the set the engine
+  last pushed, or the wait for a new connection's first push).
 - `prediction_latency_s`: the mean time from a length query to the worker polling its answer.
 
 Fitted on the modes validated only; all four from one run, none from the runs validated.

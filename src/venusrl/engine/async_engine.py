@@ -82,6 +82,10 @@ class AsyncEngine:
         # one cross-thread hop per loop per step, not one per request and token
         self._outbox: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, Any]]] = {}
         self._probe: str | None = None  # the suspect re-issued last, until it has run one step
+        # the engine's demoted trajectories as of its latest iteration or call, republished by
+        # the engine thread when they change (a reference swap: read from any thread)
+        self._demoted: frozenset[str] = frozenset()
+        self._demoted_watchers: list[Callable[[], None]] = []
         self._stopping = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name="venusrl-engine", daemon=True)
@@ -92,10 +96,22 @@ class AsyncEngine:
         return self._error is None and self._thread.is_alive()
 
     @property
-    def demotions(self) -> int:
-        """Demotions so far (an int read, safe from any thread): 0 means none ever, so none
-        is paused now."""
-        return self.engine.scheduler.counters.demotions
+    def demoted(self) -> frozenset[str]:
+        """The trajectories the engine has demoted, as of its latest iteration or call (safe
+        from any thread)."""
+        return self._demoted
+
+    def watch_demoted(self, watcher: Callable[[], None]) -> Callable[[], None]:
+        """Call `watcher()` on the engine thread each time `demoted` changes (whether or not
+        that iteration produced outputs: a stalled engine demotes too); returns the call that
+        stops it. The wire server pushes the set to its clients so."""
+        self._demoted_watchers.append(watcher)
+
+        def unwatch() -> None:
+            if watcher in self._demoted_watchers:
+                self._demoted_watchers.remove(watcher)
+
+        return unwatch
 
     @property
     def kv_address(self) -> None:
@@ -192,9 +208,7 @@ class AsyncEngine:
         return await self._run(Engine.release_trajectory, trajectory_id)
 
     async def demoted_trajectories(self) -> frozenset[str]:
-        if not self.demotions:
-            return frozenset()
-        return await self._run(self._on_engine_demoted)
+        return self._demoted  # published after every iteration and call: no wait for the engine thread
 
     async def load(self) -> EngineLoad:
         return await self._run(self._on_engine_load)
@@ -249,15 +263,9 @@ class AsyncEngine:
         log.info("request %s aborted from outside its stream", request_id)
         return output
 
-    @staticmethod
-    def _on_engine_demoted(engine: Engine) -> frozenset[str]:
-        return frozenset(str(key) for key in engine.scheduler.demoted_trajectories())
-
-    @staticmethod
-    def _on_engine_load(engine: Engine) -> EngineLoad:
+    def _on_engine_load(self, engine: Engine) -> EngineLoad:
         stats = engine.scheduler.stats()
-        demoted = AsyncEngine._on_engine_demoted(engine) if engine.scheduler.counters.demotions else frozenset()
-        return EngineLoad(stats.high_pressure, stats.kv_capacity_tokens, demoted)
+        return EngineLoad(stats.high_pressure, stats.kv_capacity_tokens, self._demoted)
 
     @staticmethod
     def _on_engine_version(engine: Engine) -> int:
@@ -314,6 +322,7 @@ class AsyncEngine:
                         idle, crashes = self.engine.last_step_idle, 0
                         if self._probe in self.engine.batch_ids:
                             self._probe = None  # it ran a step: cleared
+                    self._publish_demoted()
                 except Exception:
                     crashes += 1
                     if crashes > self.engine.config.max_restarts:
@@ -394,15 +403,32 @@ class AsyncEngine:
         while True:
             if future.set_running_or_notify_cancel():
                 try:
-                    future.set_result(fn())
+                    result = fn()
                 except Exception as err:  # delivered to the caller, the loop goes on
                     future.set_exception(err)
+                else:  # what the call changed is published before its caller hears back
+                    self._publish_demoted()
+                    future.set_result(result)
             try:
                 fn, future = self._commands.get_nowait()
             except queue.Empty:
                 seconds = time.monotonic() - started
                 self.engine.step_log.record_calls(seconds)
                 return seconds
+
+    def _publish_demoted(self) -> None:
+        """Republish the demoted set if it changed (an engine that never demoted has none)."""
+        scheduler = self.engine.scheduler
+        if not (self._demoted or scheduler.counters.demotions):
+            return
+        demoted = frozenset(str(key) for key in scheduler.demoted_trajectories())
+        if demoted != self._demoted:
+            self._demoted = demoted
+            for watcher in list(self._demoted_watchers):
+                try:
+                    watcher()
+                except Exception:  # a watcher's failure (its loop closed) is not the engine's
+                    log.exception("a watcher of the demoted set failed")
 
     def _deliver(self, output: RequestOutput) -> RequestOutput:
         """Hand an output to its stream (stitched onto the output before a re-issue); returns

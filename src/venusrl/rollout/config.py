@@ -24,6 +24,6 @@ class RolloutConfig(Section):
         0.9, gt=0, description="HIGH KV pressure past which an engine's waiting HIGH turns move to another engine")
     orchestration_interval_s: float = Field(0.1, gt=0, description="how often engine pressure is checked")
     demotion_refresh_interval_s: float = Field(
-        0.1, gt=0, description="venus: how often each engine is asked which trajectories it has demoted, so an "
-        "urgent turn queued behind a holder demoted since takes its slot (the engine demotes at its own "
-        "iterations; a turn asking for a slot also asks)")
+        0.1, gt=0, description="venus: how often each engine's demoted set (which the engine pushes whenever it "
+        "changes) is read into the scheduler, so an urgent turn queued behind a holder demoted since takes its slot "
+        "(the engine demotes at its own iterations; a turn asking for a slot also reads it)")

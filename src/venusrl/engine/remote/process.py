@@ -12,8 +12,10 @@ parent is gone).
 Order: each frame a connection sends becomes one task, created in arrival order; a task's
 first step makes its engine call, which queues it on the engine thread in that order. So a
 `set_priority` notification is applied before every call sent after it on that connection.
-Stream outputs ready together go out in one `outputs` frame (with the engine's demotion
-counter, so `demoted_trajectories` costs the client nothing while it is 0).
+Stream outputs ready together go out in one `outputs` frame. The engine's demoted set is
+pushed in a `demoted` frame, first when a connection opens, then each time it changes (at an
+iteration that sends no outputs too), ahead of that iteration's outputs: a client knows it
+without asking.
 
 A bad frame or message gets an error reply naming what was wrong; only a connection whose
 framing is lost is closed, and the engine serves on.
@@ -184,7 +186,7 @@ class _Connection:
         self.peer = writer.get_extra_info("peername")
         self.handlers: dict[str, Callable[[dict[str, Any], Frame], Awaitable[Any]]] = {
             "abort": self._abort, "start_trajectory": self._start_trajectory,
-            "release_trajectory": self._release_trajectory, "demoted_trajectories": self._demoted,
+            "release_trajectory": self._release_trajectory,
             "load": self._load, "stats": self._stats, "steps_since": self._steps_since,
             "export_prefix": self._export_prefix,
             "import_prefix": self._import_prefix, "send_prefix": self._send_prefix,
@@ -195,7 +197,12 @@ class _Connection:
             "shutdown": self._shutdown,
         }
 
+        # each change of the engine's demoted set is pushed from this connection's loop; a push
+        # sends the set as it is then, so pushes overtaken by later changes send the latest
+        self.unwatch = self.engine.watch_demoted(lambda: self.loop.call_soon_threadsafe(self._push_demoted))
+
     async def run(self) -> None:
+        self._push_demoted()  # its first frame
         try:
             while True:
                 try:
@@ -214,6 +221,7 @@ class _Connection:
             self.close()
 
     def close(self) -> None:
+        self.unwatch()
         for task in [*self.streams.values(), *self.tasks]:
             task.cancel()  # a cancelled stream aborts its request (its KV stays cached)
         self.writer.close()
@@ -259,6 +267,9 @@ class _Connection:
         log.warning("request from %s refused: %s", self.peer, err)
         self.send({"op": "reply" if call_id is not None else "error", "id": call_id, "error": str(err),
                    "kind": error_kind(err)})
+
+    def _push_demoted(self) -> None:
+        self.send({"op": "demoted", "trajectories": sorted(self.engine.demoted)})
 
     # ---- streams ---------------------------------------------------------------------------
 
@@ -322,9 +333,6 @@ class _Connection:
 
     async def _release_trajectory(self, header, frame):
         return await self.engine.release_trajectory(field_of(header, "trajectory_id", str))
-
-    async def _demoted(self, header, frame):
-        return sorted(await self.engine.demoted_trajectories())
 
     async def _load(self, header, frame):
         return load_to_wire(await self.engine.load())

@@ -5,7 +5,8 @@ Every call is written to the socket when it is made (a call made before the conn
 is buffered, in order), so calls take effect in the order they are made, and `set_priority`,
 a notification, needs no reply. Stream outputs arrive in chunks (`outputs` frames, whatever
 the engine had ready); the consumer gets one `RequestOutput` per chunk it reads, merging
-every chunk that arrived while it was busy. A connection that ends (the engine process died,
+every chunk that arrived while it was busy. The engine pushes its demoted set when the
+connection opens and whenever the set changes, so `demoted_trajectories` needs no round trip. A connection that ends (the engine process died,
 was killed, or shut down) fails every call and stream on it with `EngineStopped`.
 
 `spawn_engines` starts local engine processes and returns their clients once each has
@@ -80,6 +81,8 @@ class _Connection:
         self.buffered: list[bytes | memoryview] | None = []  # until connected
         self.writer: asyncio.StreamWriter | None = None
         self.error: EngineStopped | None = None
+        self.demoted: frozenset[str] = frozenset()  # as the engine last pushed it
+        self.demoted_heard = asyncio.Event()  # its first push came, or the connection failed
         self.task = loop.create_task(self._run())
 
     def send(self, header: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None) -> None:
@@ -153,11 +156,15 @@ class _Connection:
                 future.set_exception(_error(header["kind"], header["error"]))
             else:
                 future.set_result((header["result"], tensors) if tensors else header["result"])
+        elif op == "demoted":
+            self.demoted = frozenset(header["trajectories"])
+            self.demoted_heard.set()
         elif op == "error":
             log.warning("engine at %s:%d refused a notification: %s", *self.address, header.get("error"))
 
     def _fail(self, error: EngineStopped) -> None:
         self.error = error
+        self.demoted_heard.set()
         log.log(logging.INFO if self.client.closing else logging.WARNING, "%s", error)
         for future in self.calls.values():
             if not future.done():
@@ -284,9 +291,14 @@ class RemoteEngine:
         return await self._conn().call("release_trajectory", trajectory_id=trajectory_id)
 
     async def demoted_trajectories(self) -> frozenset[str]:
-        # always asked: the engine demotes at iterations that send nothing (a stalled one), so
-        # no count pushed with its outputs can say "none" for sure
-        return frozenset(await self._conn().call("demoted_trajectories"))
+        """As the engine last pushed it: it pushes the set whenever it changes, at iterations
+        that send no outputs too (a stalled engine demotes), so this waits only for the first
+        push on a new connection; an engine it cannot reach is an error, not "none"."""
+        connection = self._conn()
+        await connection.demoted_heard.wait()
+        if connection.error is not None:
+            raise connection.error
+        return connection.demoted
 
     async def load(self) -> EngineLoad:
         return load_of(await self._conn().call("load"))
