@@ -107,6 +107,27 @@ def test_demotion_moves_references_to_low_ref():
     assert cache.tier_tokens() == [0, 0, 2]
 
 
+def test_demoted_changes_counts_every_change_of_the_demoted_set_and_nothing_else():
+    """Readers of the demoted set (the engine publishing it) rescan only when this moved."""
+    cache = make_cache(page=1)
+    start(cache, "t", Priority.HIGH, [5, 6])
+    cache.set_demoted("t", False)  # already not demoted
+    cache.queue_set_priority("t", Priority.LOW)
+    cache.apply_pending()
+    assert cache.demoted_changes == 0
+    cache.set_demoted("t", True)
+    cache.set_demoted("t", True)
+    cache.queue_set_priority("t", Priority.HIGH)  # stays demoted
+    cache.apply_pending()
+    assert cache.demoted_changes == 1
+    cache.set_demoted("t", False)
+    cache.set_demoted("t", True)
+    assert cache.demoted_changes == 3
+    cache.queue_release("t")  # a demoted one leaves the set
+    cache.apply_pending()
+    assert cache.demoted_changes == 4 and not cache.trajectories
+
+
 def test_lru_policy_ignores_trajectory_references():
     cache = make_cache(page=1, policy="lru")
     start(cache, "hi", Priority.HIGH, [1])

@@ -85,6 +85,7 @@ class AsyncEngine:
         # the engine's demoted trajectories as of its latest iteration or call, republished by
         # the engine thread when they change (a reference swap: read from any thread)
         self._demoted: frozenset[str] = frozenset()
+        self._demoted_read: tuple[object, int] | None = None  # (the engine's cache, its demoted_changes) then
         self._demoted_watchers: list[Callable[[], None]] = []
         self._stopping = threading.Event()
         self._error: BaseException | None = None
@@ -417,11 +418,14 @@ class AsyncEngine:
                 return seconds
 
     def _publish_demoted(self) -> None:
-        """Republish the demoted set if it changed (an engine that never demoted has none)."""
-        scheduler = self.engine.scheduler
-        if not (self._demoted or scheduler.counters.demotions):
+        """Republish the demoted set if it changed: read again only when the cache's change
+        count moved, or the cache is another one (the engine was rebuilt)."""
+        cache = self.engine.scheduler.cache
+        read = self._demoted_read
+        if read is not None and read[0] is cache and read[1] == cache.demoted_changes:
             return
-        demoted = frozenset(str(key) for key in scheduler.demoted_trajectories())
+        self._demoted_read = (cache, cache.demoted_changes)
+        demoted = frozenset(str(key) for key in self.engine.scheduler.demoted_trajectories())
         if demoted != self._demoted:
             self._demoted = demoted
             for watcher in list(self._demoted_watchers):

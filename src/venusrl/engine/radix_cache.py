@@ -84,6 +84,9 @@ class RadixCache:
         self._leaves: list[set[RadixNode]] = [set(), set(), set()]  # evictable leaves per tier
         self.evicted_tokens = [0, 0, 0]
         self.trajectories: dict[TrajectoryKey, Trajectory] = {}
+        # bumped each time the set of demoted trajectories changes (one demoted or promoted
+        # back, a demoted one released): a reader compares it instead of scanning them all
+        self.demoted_changes = 0
         self._pending: list[tuple[str, TrajectoryKey, Priority | Sequence[int] | None]] = []
 
     # ---- queries -------------------------------------------------------------------------
@@ -228,6 +231,7 @@ class RadixCache:
                 continue
             elif op == "release":
                 self.set_anchor(key, None)
+                self.demoted_changes += traj.demoted
                 del self.trajectories[key]
                 released.append(key)
             elif op == "anchor":
@@ -264,6 +268,7 @@ class RadixCache:
     ) -> None:
         anchor = traj.anchor
         self.set_anchor(key, None)
+        self.demoted_changes += traj.demoted != demoted
         traj.priority, traj.demoted = priority, demoted
         self.set_anchor(key, anchor)
 
