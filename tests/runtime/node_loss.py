@@ -3,7 +3,10 @@ in the head node's namespace), watched through its run directory."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -12,6 +15,8 @@ from pathlib import Path
 import yaml
 
 from venusrl.config import Config
+from venusrl.engine.client import EngineInfo
+from venusrl.engine.remote.remote import RemoteEngine
 
 RUN_TIMEOUT_S = 600.0
 
@@ -53,3 +58,29 @@ def finish(process: subprocess.Popen, log: Path) -> None:
 def trained_prompt_ids(run_dir: Path) -> list[str]:
     lines = [json.loads(line) for line in (run_dir / "trained.jsonl").read_text().splitlines()]
     return [pid for line in lines for pid in line["prompt_ids"]]
+
+
+def stop_with_a_turn_running(node, run_dir: Path, process: subprocess.Popen, log: Path,
+                             timeout_s: float = RUN_TIMEOUT_S) -> None:
+    """Stop the engine serving on `node` (SIGSTOP) once its own stats count a request running,
+    so that request stays in flight, unanswered, until the node is killed. Its stats are read
+    over a connection of this process's own, every 10 ms; the engine's address and pid are
+    what its train.log line names."""
+    marker = f"engine serving on {node.ip}:"
+    wait_for(lambda: marker in (run_dir / "train.log").read_text(), process, "the engine on " + node.ip, log)
+    line = next(line for line in (run_dir / "train.log").read_text().splitlines() if marker in line)
+    port, pid = int(line.split(marker, 1)[1].split(" ", 1)[0]), int(line.rsplit(" pid ", 1)[1])
+    engine = RemoteEngine((node.ip, port), EngineInfo(0, 0, 0, 0, ()))  # stats needs no model facts
+
+    async def watch() -> None:
+        deadline = time.monotonic() + timeout_s
+        while (await engine.stats()).running == 0:
+            if process.poll() is not None:
+                raise AssertionError(f"the run ended ({process.returncode}) with no turn seen running on "
+                                     f"{node.ip}: {log.read_text()[-4000:]}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no turn running on {node.ip} within {timeout_s:.0f} s")
+            await asyncio.sleep(0.01)
+        os.kill(pid, signal.SIGSTOP)
+
+    asyncio.run(watch())

@@ -1,7 +1,12 @@
 """An engine node of a three-node Ray cluster killed mid-run (SIGKILL of its raylet and
 every process in its namespace): the run finishes every step, trains every prompt exactly
 once, and the dead engine's in-flight turns resume on the surviving engine from their
-recorded tokens, counted in the summary and the metrics."""
+recorded tokens, counted in the summary and the metrics.
+
+The kill must find a turn in flight on the victim, and the tiny model's rollout has moments
+with no turn running (it waits on a step, a weight push): so after the first trained step the
+victim's engine is stopped (SIGSTOP) once its stats count a turn running, and the node is
+killed while it stays stopped."""
 
 import json
 
@@ -9,7 +14,14 @@ import pytest
 
 pytest.importorskip("ray")
 
-from tests.runtime.node_loss import finish, start_run, steps_trained, trained_prompt_ids, wait_for  # noqa: E402
+from tests.runtime.node_loss import (  # noqa: E402
+    finish,
+    start_run,
+    steps_trained,
+    stop_with_a_turn_running,
+    trained_prompt_ids,
+    wait_for,
+)
 from tests.runtime.test_ray_runtime import make_config  # noqa: E402
 
 from venusrl.metrics.report import write_report  # noqa: E402
@@ -25,6 +37,7 @@ def test_a_killed_engine_node_costs_time_not_the_run(three_node_cluster, tiny_mo
     log = tmp_path / "driver.log"
 
     wait_for(lambda: steps_trained(run_dir) >= 1, process, "a first trained step", log)
+    stop_with_a_turn_running(victim, run_dir, process, log)
     killed = cluster.kill(victim)
     finish(process, log)
     cluster.revive(victim)  # for the module's next test
