@@ -55,3 +55,22 @@ def test_what_an_engine_does_not_count_is_named_and_the_rest_still_adds_up(steps
     assert out["not_counted"] == ["recompute_s", "wasted_aborted_s"] and "idle_split" not in out
     assert "recompute" not in out["fractions"] and "wasted_aborted" not in out["fractions"]
     assert abs(sum(out["fractions"].values()) - 1.0) < 1e-2
+
+
+@given(samples)
+def test_the_step_shape_counts_every_step_and_averages_the_decoding_ones(steps):
+    shape = breakdown(steps, CostModel(1e-3, 1e-5, 1e-7, 0.0, 1000), 100.0,
+                      {"sampled": 0, "prefill_computed": 0, "recomputed": 0, "discarded": 0})["steps"]
+    decoding = [s.decode_seqs for s in steps if s.decode_seqs > 0]
+    assert shape["count"] == len(steps)
+    assert shape["mean_decode_seqs"] == (round(sum(decoding) / len(decoding), 3) if decoding else 0.0)
+    assert min(s.seconds for s in steps) - 1e-6 <= shape["mean_step_s"] <= max(s.seconds for s in steps) + 1e-6
+
+
+def test_the_same_decodes_in_half_full_steps_show_as_twice_the_steps_at_half_the_batch():
+    full = [StepSample(0, 4, 400, 0.01)] * 10
+    half = [StepSample(0, 2, 200, 0.01)] * 20
+    cost = CostModel(1e-3, 1e-5, 1e-7, 0.0, 1000)
+    tokens = {"sampled": 40, "prefill_computed": 0, "recomputed": 0, "discarded": 0}
+    assert breakdown(full, cost, 1.0, tokens)["steps"] == {"count": 10, "mean_decode_seqs": 4.0, "mean_step_s": 0.01}
+    assert breakdown(half, cost, 1.0, tokens)["steps"] == {"count": 20, "mean_decode_seqs": 2.0, "mean_step_s": 0.01}

@@ -8,7 +8,9 @@ A step's time is split between its prefill and its decode by the linear step cos
 (`sim.cost_model.fit` over every step of the bench): prefill gets `token_s` per computed
 prompt token, decode the rest (the step's fixed cost, one `token_s` per sampled sequence and
 the KV it reads), both scaled so they add up to the step's measured time. Recompute and
-wasted decode are then shares of prefill and decode time by their token counts.
+wasted decode are then shares of prefill and decode time by their token counts. The steps'
+shape (`step_shape`: count, sequences a decode step, seconds a step) tells more, smaller
+steps from slower ones.
 
 The idle is split by the engines' own account of their time between steps (`StepLog`): waits
 with no request at all (every trajectory placed there is in a tool, finished, or not yet
@@ -72,6 +74,7 @@ def breakdown(samples: list[StepSample], cost: CostModel, engine_s: float, token
     out: dict[str, Any] = {k: round(v, 3) for k, v in seconds.items()}
     out["engine_s"] = round(engine_s, 3)
     out["fractions"] = _fractions(seconds, engine_s)
+    out["steps"] = step_shape(samples)
     if not_counted:
         out["not_counted"] = not_counted
     if waits is None:
@@ -83,6 +86,16 @@ def breakdown(samples: list[StepSample], cost: CostModel, engine_s: float, token
              "between_steps_s": seconds["idle_s"] - no_request - stalled - calls}
     out["idle_split"] = {**{k: round(v, 3) for k, v in split.items()}, "fractions": _fractions(split, engine_s)}
     return out
+
+
+def step_shape(samples: list[StepSample]) -> dict[str, float]:
+    """How many steps the engines ran, how many sequences a step with decode in it decoded,
+    and how long a step took: the same tokens decoded in more, smaller steps (slots left
+    empty) and in slower steps (the engine's process starved of CPU) both lengthen decode."""
+    decoding = [s for s in samples if s.decode_seqs > 0]
+    return {"count": len(samples),
+            "mean_decode_seqs": round(sum(s.decode_seqs for s in decoding) / len(decoding), 3) if decoding else 0.0,
+            "mean_step_s": round(sum(s.seconds for s in samples) / len(samples), 6) if samples else 0.0}
 
 
 def _fractions(seconds: dict[str, float], engine_s: float) -> dict[str, float]:
