@@ -1,5 +1,6 @@
 """`venusrl serve`'s app on a real uvicorn server on a loopback port, for the tests."""
 
+import asyncio
 import contextlib
 import socket
 import threading
@@ -37,3 +38,6 @@ def serving(model_dir, model_name="tiny", kv_capacity_tokens=8192, **app_kwargs)
         server.should_exit = True
         thread.join(timeout=10)
         sock.close()
+        # the engine's thread outlives the server otherwise, stepping (and releasing idle
+        # trajectories) beside every later test of the session
+        asyncio.run(async_engine.shutdown())
