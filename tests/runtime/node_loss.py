@@ -30,15 +30,17 @@ def start_run(cluster, config: Config, tmp_path: Path) -> tuple[subprocess.Popen
     return cluster.popen_in_head(command, tmp_path / "driver.log"), run_dir
 
 
-def wait_for(condition, process: subprocess.Popen, what: str, log: Path, timeout_s: float = RUN_TIMEOUT_S) -> None:
-    """Poll `condition` until it holds; fail naming `what` if the run ends or time runs out first."""
+def wait_for(condition, process: subprocess.Popen, what: str, log: Path, timeout_s: float = RUN_TIMEOUT_S,
+             poll_s: float = 0.2) -> None:
+    """Poll `condition` every `poll_s` until it holds; fail naming `what` if the run ends or
+    time runs out first."""
     deadline = time.monotonic() + timeout_s
     while not condition():
         if process.poll() is not None:
             raise AssertionError(f"the run ended ({process.returncode}) before {what}: {log.read_text()[-4000:]}")
         if time.monotonic() > deadline:
             raise AssertionError(f"no {what} within {timeout_s:.0f} s")
-        time.sleep(0.2)
+        time.sleep(poll_s)
 
 
 def steps_trained(run_dir: Path) -> int:
@@ -60,8 +62,7 @@ def trained_prompt_ids(run_dir: Path) -> list[str]:
     return [pid for line in lines for pid in line["prompt_ids"]]
 
 
-def stop_with_a_turn_running(node, run_dir: Path, process: subprocess.Popen, log: Path,
-                             timeout_s: float = RUN_TIMEOUT_S) -> None:
+def stop_with_a_turn_running(node, run_dir: Path, process: subprocess.Popen, log: Path) -> None:
     """Stop the engine serving on `node` (SIGSTOP) once its own stats count a request running,
     so that request stays in flight, unanswered, until the node is killed. Its stats are read
     over a connection of this process's own, every 10 ms; the engine's address and pid are
@@ -71,16 +72,7 @@ def stop_with_a_turn_running(node, run_dir: Path, process: subprocess.Popen, log
     line = next(line for line in (run_dir / "train.log").read_text().splitlines() if marker in line)
     port, pid = int(line.split(marker, 1)[1].split(" ", 1)[0]), int(line.rsplit(" pid ", 1)[1])
     engine = RemoteEngine((node.ip, port), EngineInfo(0, 0, 0, 0, ()))  # stats needs no model facts
-
-    async def watch() -> None:
-        deadline = time.monotonic() + timeout_s
-        while (await engine.stats()).running == 0:
-            if process.poll() is not None:
-                raise AssertionError(f"the run ended ({process.returncode}) with no turn seen running on "
-                                     f"{node.ip}: {log.read_text()[-4000:]}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no turn running on {node.ip} within {timeout_s:.0f} s")
-            await asyncio.sleep(0.01)
-        os.kill(pid, signal.SIGSTOP)
-
-    asyncio.run(watch())
+    with asyncio.Runner() as runner:  # one loop for every poll: the connection is bound to it
+        wait_for(lambda: runner.run(engine.stats()).running > 0, process, f"a turn running on {node.ip}", log,
+                 poll_s=0.01)
+        os.kill(pid, signal.SIGSTOP)  # at once, before the loop closes: the turn may be near its end
