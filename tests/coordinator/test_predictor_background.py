@@ -1,6 +1,8 @@
 """BackgroundPredictor: submit never waits for a prediction, newest query wins, failures
-are counted and skipped; and the loop into the coordinator."""
+are counted and skipped, its thread runs at the lowest CPU priority; and the loop into the
+coordinator."""
 
+import os
 import threading
 import time
 
@@ -8,6 +10,7 @@ from tests.coordinator.coord_harness import Ledger, config, prompts
 
 from venusrl.coordinator import DataCoordinator
 from venusrl.coordinator.predictors import BackgroundPredictor, query_from_trajectory
+from venusrl.coordinator.predictors.background import BACKGROUND_NICE
 from venusrl.coordinator.predictors.query import PredictionQuery
 
 
@@ -106,4 +109,20 @@ def test_predictions_flow_into_the_coordinator_ranking():
             ledger.apply(c.on_prediction(p.trajectory_id, 2.0, p.remaining_tokens, p.at_generated_tokens))
         assert c.policy.high_groups == {1}
     finally:
+        bg.close()
+
+
+def test_the_serving_thread_yields_the_cpu_to_the_rollout_path():
+    """Predictions are background work: the serving thread runs at the lowest CPU priority
+    (its own nice value) while the caller's thread keeps its own."""
+    caller = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    predictor = GatedPredictor()
+    bg = BackgroundPredictor(predictor)
+    try:
+        bg.submit(q(0, 1))
+        assert predictor.entered.wait(10)  # the thread is serving: its priority is set
+        assert os.getpriority(os.PRIO_PROCESS, bg._thread.native_id) == BACKGROUND_NICE == 19
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == caller
+    finally:
+        predictor.gate.set()
         bg.close()

@@ -2,6 +2,7 @@
 predictions must be sklearn's own, for any data, missing values included."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.ensemble import HistGradientBoostingRegressor
@@ -29,3 +30,24 @@ def test_flat_forest_predicts_what_sklearn_predicts(seed, features, missing, que
     fresh[rng.random(fresh.shape) < missing] = np.nan
     for data in (x[:queries], fresh):
         np.testing.assert_allclose(forest.predict(data), model.predict(data), rtol=1e-12, atol=1e-12)
+
+
+def test_the_saved_arrays_rebuild_the_same_forest_and_bad_ones_are_refused():
+    model, x = fitted(3, 300, 3, 0.2)
+    arrays = FlatForest(model).arrays()
+    np.testing.assert_allclose(FlatForest.from_arrays(arrays).predict(x), model.predict(x), rtol=1e-12, atol=1e-12)
+    looping = {**arrays, "left": arrays["left"].copy()}
+    root = int(arrays["roots"].ravel()[0])
+    looping["left"][root] = root  # the root's left child is the root
+    with pytest.raises(ValueError, match="cycle"):
+        FlatForest.from_arrays(looping)
+
+
+def test_a_tree_wider_than_64_leaves_is_refused():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(4000, 4))
+    model = HistGradientBoostingRegressor(max_iter=1, max_leaf_nodes=100, min_samples_leaf=5, early_stopping=False)
+    model.fit(x, rng.normal(size=4000))
+    assert model._predictors[0][0].nodes["is_leaf"].sum() > 64
+    with pytest.raises(ValueError, match="more than 64 leaves"):
+        FlatForest(model)

@@ -126,6 +126,53 @@ def test_outputs_ready_together_reach_a_busy_consumer_as_one_chunk(two_engines):
     assert first.new_token_ids + rest[0].new_token_ids == rest[0].output_ids and len(rest[0].output_ids) == 20
 
 
+async def _frames(reader: asyncio.StreamReader):
+    while (frame := await read_frame(reader)) is not None:
+        yield frame
+
+
+def test_calls_made_in_one_turn_of_the_loop_go_out_in_one_write_in_order(two_engines):
+    """A burst of notifications (a policy change re-prioritising a group) and the call after
+    it are written to the socket together as the loop's turn ends, in the order they were
+    made, and the engine applies every one of them (at its next iteration): the trajectories'
+    KV leaves the HIGH tier for the LOW one."""
+    remote = two_engines[1]
+    keys = [f"burst-{i}" for i in range(4)]
+
+    async def scenario():
+        for i, key in enumerate(keys):
+            await remote.start_trajectory(key, Priority.HIGH)
+            await _generate(remote, list(range(60 + 10 * i, 76 + 10 * i)), key)
+        before = await remote.stats()
+        transport = remote._conn().writer.transport
+        writes = []
+        write = transport.write
+        transport.write = lambda data: (writes.append(bytes(data)), write(data))[-1]
+        try:
+            for key in keys:
+                remote.set_priority(key, Priority.LOW)
+            await remote.stats()
+        finally:
+            del transport.write
+        await _generate(remote, list(range(100, 110)), None)  # an iteration applies the notifications
+        after = await remote.stats()
+        for key in keys:
+            await remote.release_trajectory(key)
+        return before, after, writes
+
+    async def ops(data: bytes) -> list[str]:
+        reader = asyncio.StreamReader()
+        reader.feed_data(data)
+        reader.feed_eof()
+        return [frame.header["op"] async for frame in _frames(reader)]
+
+    before, after, writes = asyncio.run(scenario())
+    assert len(writes) == 1, "four notifications and a call: one write"
+    assert asyncio.run(ops(writes[0])) == ["set_priority"] * 4 + ["stats"]
+    moved = after.kv_tokens["low_ref"] - before.kv_tokens["low_ref"]
+    assert moved >= 4 * 16 and before.kv_tokens["high_ref"] - after.kv_tokens["high_ref"] == moved
+
+
 def test_export_import_and_weights_cross_the_wire_as_raw_tensors(two_engines, tiny_model_dir):
     source, target = two_engines
     prompt = list(range(50, 82))

@@ -124,3 +124,26 @@ def test_spares_are_made_ahead_each_its_own_filesystem(tmp_path):
     assert not list((tmp_path / "spare").iterdir())
     mount_points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
     assert not [p for p in mount_points if p.startswith(str(tmp_path))]
+
+
+def test_a_published_blank_image_is_never_replaced(tmp_path, monkeypatch):
+    """Two sandboxes starting at once may both format the blank image of one (size, inodes):
+    the first one published stays in place (another sandbox may be copying it, and `cp`
+    refuses a source replaced under it), the later one is dropped."""
+    from venusrl.sandbox import quota
+
+    blanks, published = tmp_path / "blanks", []
+    real_format = quota._format
+
+    def format_while_another_maker_publishes(image, size, inodes):
+        real_format(image, size, inodes)
+        if not published:  # the other maker publishes between this one's check and its publish
+            other = tmp_path / "other.img"
+            real_format(other, size, inodes)
+            os.link(other, blanks / f"ext4-{size}-{inodes}.img")
+            published.append(os.stat(other).st_ino)
+
+    monkeypatch.setattr(quota, "_format", format_while_another_maker_publishes)
+    blank = quota._blank(blanks, 16 * MiB, 512)
+    assert os.stat(blank).st_ino == published[0]
+    assert [p.name for p in blanks.iterdir()] == [blank.name], "the later maker's image is gone"

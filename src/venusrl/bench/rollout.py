@@ -53,7 +53,14 @@ from rich.progress import Progress
 
 from venusrl.bench.breakdown import breakdown
 from venusrl.bench.report import emit
-from venusrl.bench.timeline import CallLog, TimedClient, process_cpu_s, step_columns, turn_rows
+from venusrl.bench.timeline import (
+    CallLog,
+    TimedClient,
+    process_cpu_s,
+    step_columns,
+    thread_cpu_s,
+    turn_rows,
+)
 from venusrl.bench.workload import HINT_NOISE, TURNS_EASY, TURNS_SIGMA, AgentTaskEnv, make_tasks
 from venusrl.coordinator.config import CoordinatorConfig, PredictorConfig
 from venusrl.coordinator.coordinator import DataCoordinator
@@ -303,6 +310,7 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
     stop = asyncio.Event()
     at_start = [await e.stats() for e in async_engines]  # the idle the engines waited while starting
     cpu_at_start = [time.process_time(), *map(process_cpu_s, pids)]
+    threads_at_start = thread_cpu_s()
     started = time.monotonic()  # the engines' step logs' clock
     running = asyncio.create_task(worker.run(stop=stop))
     first_batch, step_done, trained, in_flight = None, [], [], 0
@@ -327,6 +335,7 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         logs = [(await e.steps_since(0)).samples for e in async_engines]
         cpu_s = [b - a if None not in (a, b) else None
                  for a, b in zip(cpu_at_start, [time.process_time(), *map(process_cpu_s, pids)], strict=True)]
+        threads = {name: cpu - threads_at_start.get(name, 0.0) for name, cpu in thread_cpu_s().items()}
     finally:
         stop.set()
         await asyncio.gather(running, return_exceptions=True)
@@ -372,6 +381,11 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         sum(s.dropped_at_weight_update_tokens for s in stats),
         "engine_s": case.engines * step_done[-1],
         "engine_waits_s": waits,  # summed over engines, to when their stats were read
+        # CPU seconds over the round: the rollout process (driver, coordinator, predictor thread),
+        # its threads by name (those alive at the end: MainThread, predictor-..., ...), then each
+        # engine's process (None for in-process engines and vLLM's: not counted)
+        "cpu_s": {"rollout": cpu_s[0], "rollout_threads": {k: round(v, 3) for k, v in threads.items()},
+                  "engines": cpu_s[1:]},
         "placement": _placement(case, placement),
     }
     if record:  # every group the round admitted, each once
@@ -381,8 +395,6 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
             "turns": turn_rows(groups.values(), started),
             "engines": [{"steps": step_columns(log, started), "calls": call_log.figures(started), "waits_s": w}
                         for log, call_log, w in zip(logs, call_logs, engine_waits, strict=True)],
-            # the rollout process (driver, coordinator, predictor thread), then each engine's
-            "cpu_s": {"rollout": cpu_s[0], "engines": cpu_s[1:]},
             "prediction_latencies_s": [round(s, 6) for s in getattr(predictor, "latencies_s", [])],
         }
     return Round(figures, samples)
@@ -433,10 +445,19 @@ def _summary(rounds: list[Round], cost) -> dict[str, Any]:
            for k in ("time_to_last_step_s", "steady_step_s", "time_to_first_batch_s")},
         "tokens": {k: statistics.median(f["tokens"][k] for f in figures) for k in totals},
         "discarded_trajectories": sum(f["discarded_trajectories"] for f in figures),
+        "cpu_s": _median_cpu(figures),
         "breakdown": breakdown([s for r in rounds for s in r.samples], cost, sum(f["engine_s"] for f in figures),
                                totals, _summed_waits(figures)),
         "rounds": figures,
     }
+
+
+def _median_cpu(figures: list[dict[str, Any]]) -> dict[str, float | None]:
+    """A round's CPU seconds, median over the rounds: the rollout process's and its engines'
+    together (None where an engine's process is not ours to count)."""
+    engines = [None if None in f["cpu_s"]["engines"] else sum(f["cpu_s"]["engines"]) for f in figures]
+    return {"rollout": statistics.median(f["cpu_s"]["rollout"] for f in figures),
+            "engines": None if None in engines else statistics.median(engines)}
 
 
 def _summed_waits(figures: list[dict[str, Any]]) -> dict[str, float] | None:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import threading
 import time
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,10 +118,26 @@ def turn_rows(groups: Iterable[Group], origin: float) -> list[dict[str, Any]]:
 
 def process_cpu_s(pid: int | None) -> float | None:
     """User + system CPU seconds of process `pid` so far (Linux /proc), None where unknown."""
-    if pid is None:
-        return None
+    return None if pid is None else _stat_cpu_s(Path(f"/proc/{pid}/stat"))
+
+
+def thread_cpu_s() -> dict[str, float]:
+    """User + system CPU seconds so far of each live thread of this process, by thread name
+    (threads of one name summed, those Python did not start under "other"); empty where
+    /proc is not there."""
+    names = {thread.native_id: thread.name for thread in threading.enumerate()}
+    out: Counter[str] = Counter()
+    with contextlib.suppress(OSError):
+        for tid in os.listdir("/proc/self/task"):
+            cpu = _stat_cpu_s(Path(f"/proc/self/task/{tid}/stat"))
+            if cpu is not None:  # None: the thread ended meanwhile
+                out[names.get(int(tid), "other")] += cpu
+    return dict(out)
+
+
+def _stat_cpu_s(stat: Path) -> float | None:
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = stat.read_text().rsplit(")", 1)[1].split()
     except OSError:
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

@@ -23,6 +23,7 @@ either: a sandbox's filesystem never grows.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -98,15 +99,18 @@ def _format(image: Path, size: int, inodes: int) -> None:
 
 
 def _blank(blanks: Path, size: int, inodes: int) -> Path:
-    """The formatted empty image for (size, inodes), made once; concurrent makers race
-    harmlessly (each formats its own temporary file, the rename is atomic)."""
+    """The formatted empty image for (size, inodes), made once. Concurrent makers race
+    harmlessly: each formats its own temporary file and the first to link it in place wins;
+    a published image is never replaced, since another sandbox may be copying it (`cp`
+    refuses a source replaced while it copies: a rename over it failed a sandbox's start)."""
     blank = blanks / f"ext4-{size}-{inodes}.img"
     if not blank.exists():
         blanks.mkdir(parents=True, exist_ok=True)
         partial = blanks / f".{blank.name}.{os.getpid()}.{threading.get_ident()}"
         try:
             _format(partial, size, inodes)
-            os.rename(partial, blank)
+            with contextlib.suppress(FileExistsError):  # another maker published first: keep its image
+                os.link(partial, blank)
         finally:
             partial.unlink(missing_ok=True)
     return blank

@@ -7,7 +7,9 @@ boundary (overlapping the tool call), polls finished predictions, and feeds each
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Sequence
@@ -18,6 +20,7 @@ from venusrl.coordinator.predictors.base import LengthPredictor
 from venusrl.coordinator.predictors.query import Example, PredictionQuery
 
 logger = logging.getLogger(__name__)
+BACKGROUND_NICE = 19  # the serving thread's nice value (Linux; elsewhere it runs at the process's)
 
 
 @dataclass(slots=True, frozen=True)
@@ -77,6 +80,12 @@ class BackgroundPredictor:
         self._thread.join(timeout)
 
     def _serve(self) -> None:
+        # Background work: on cores the engines share, a prediction's CPU is taken from the rollout
+        # path, so this thread runs at the lowest CPU priority (its own nice value: Linux threads
+        # have one each). Starved, it answers later, and a trajectory's superseded query is dropped
+        # unanswered (newest wins): it does less work exactly when the cores are busiest.
+        with contextlib.suppress(OSError, AttributeError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), BACKGROUND_NICE)
         while True:
             with self._cond:
                 while not (self._pending or self._observations or self._closed):

@@ -1,9 +1,9 @@
 """`RemoteEngine`: the `EngineClient` of an engine in another process (`engine/remote/process.py`),
 over one connection per event loop speaking `engine/remote/wire.py`.
 
-Every call is written to the socket when it is made (a call made before the connection is up
-is buffered, in order), so calls take effect in the order they are made, and `set_priority`,
-a notification, needs no reply. Stream outputs arrive in chunks (`outputs` frames, whatever
+Every call is queued on its connection when it is made and the calls of one turn of the event
+loop are written together as it ends (those made before the connection is up wait for it), so
+calls take effect in the order they are made, and `set_priority`, a notification, needs no reply. Stream outputs arrive in chunks (`outputs` frames, whatever
 the engine had ready); the consumer gets one `RequestOutput` per chunk it reads, merging
 every chunk that arrived while it was busy. The engine pushes its demoted set when the
 connection opens and whenever the set changes, so `demoted_trajectories` needs no round
@@ -79,7 +79,9 @@ class _Connection:
         self.ids = itertools.count(1)
         self.calls: dict[int, asyncio.Future] = {}
         self.streams: dict[int, asyncio.Queue] = {}
-        self.buffered: list[bytes | memoryview] | None = []  # until connected
+        # frames not yet written: until connected, and within one turn of the event loop (`send`)
+        self.pending: list[bytes | memoryview] = []
+        self.flush_scheduled = False
         self.writer: asyncio.StreamWriter | None = None
         self.error: EngineStopped | None = None
         self.demoted: frozenset[str] = frozenset()  # as the engine last pushed it
@@ -87,13 +89,24 @@ class _Connection:
         self.task = loop.create_task(self._run())
 
     def send(self, header: dict[str, Any], tensors: dict[str, torch.Tensor] | None = None) -> None:
+        """Queue a frame; the frames sent within one turn of the event loop are written
+        together, in order, when it ends (`_flush`). Each write wakes the engine process: the
+        rollout worker sends its notifications in bursts (a policy change re-prioritises a
+        group's trajectories, a preemption cancels and grants), and on shared cores a wake-up
+        per frame cost the sender about 0.3 ms each (a round of the rollout bench's default
+        cell: 4,332 writes for venus against 2,757 for action_level)."""
         if self.error is not None:
             raise self.error
-        buffers = encode(header, tensors)
-        if self.buffered is not None:
-            self.buffered.extend(buffers)
-        else:
-            self.writer.writelines(buffers)
+        self.pending.extend(encode(header, tensors))
+        if self.writer is not None and not self.flush_scheduled:
+            self.flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self.flush_scheduled = False
+        if self.pending and self.writer is not None and self.error is None:
+            self.writer.writelines(self.pending)
+            self.pending = []
 
     async def call(self, op: str, tensors: dict[str, torch.Tensor] | None = None, **fields: Any) -> Any:
         call_id = next(self.ids)
@@ -101,7 +114,8 @@ class _Connection:
         self.calls[call_id] = future
         try:
             self.send({"op": op, "id": call_id, **fields}, tensors)
-            if tensors and self.writer is not None:
+            if tensors and self.writer is not None:  # a large frame: write it now, with backpressure
+                self._flush()
                 await self.writer.drain()
             return await future
         finally:
@@ -129,8 +143,8 @@ class _Connection:
         except OSError as err:
             self._fail(EngineStopped(f"engine at {self.address[0]}:{self.address[1]} cannot be reached: {err}"))
             return
-        writer.writelines(self.buffered)
-        self.buffered, self.writer = None, writer
+        self.writer = writer
+        self._flush()
         try:
             while True:
                 frame = await read_frame(reader)
