@@ -4,8 +4,10 @@ sandboxes every turn: no trajectory hangs, the lost node's sandboxes are recover
 other node or their trajectories discarded and their groups refilled, nothing is trained
 twice, and the loss is counted."""
 
+import contextlib
 import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -38,8 +40,13 @@ def test_a_killed_sandbox_node_loses_no_prompt_and_trains_none_twice(three_node_
     process, run_dir = start_run(cluster, config, tmp_path)
     log = tmp_path / "driver.log"
 
-    wait_for(lambda: _live_sandboxes_on(victim, run_dir) > 0, process, "sandboxes live on the victim's node", log)
+    stopped: list[int] = []
+    wait_for(lambda: stopped.extend(_stop_sandboxes_on(victim, run_dir)) or stopped, process,
+             "a sandbox command running on the victim's node", log, poll_s=0.01)
     cluster.kill(victim)
+    for pid in stopped:  # they die with their node: a sandbox has namespaces of its own, not the node's
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     finish(process, log)
     cluster.revive(victim)
 
@@ -55,13 +62,36 @@ def test_a_killed_sandbox_node_loses_no_prompt_and_trains_none_twice(three_node_
           f"{summary['trajectories_discarded']} trajectories discarded and re-run")
 
 
-def _live_sandboxes_on(node, run_dir: Path) -> int:
-    """Live sandboxes of the node agent on `node`, as the newest step's sandbox sample says
-    (train.log names each agent's address)."""
-    log, metrics = run_dir / "train.log", run_dir / "metrics.jsonl"
-    if not log.exists() or not metrics.exists():
-        return 0
+def _stop_sandboxes_on(node, run_dir: Path) -> list[int]:
+    """Once a sandbox of the node agents on `node` runs a command (a process of its own
+    beside the sandbox's init: the sandbox was created and is in use), stop (SIGSTOP) every
+    process of every sandbox there, so they stay live, their commands unfinished, until the
+    node is killed; returns their pids, none while no command runs there. Read from the
+    sandboxes' cgroups (`venusrl-<run>/<node id>/sb-*`; train.log names each agent's node id
+    and host), not from the run's metrics: a step's sandbox sample may be a step old, and
+    sandboxes have network namespaces of their own, so the node's does not list them."""
+    log = run_dir / "train.log"
+    if not log.exists():
+        return []
     agents = [line.split("sandbox node agent ")[1].split(" ")[0] for line in log.read_text().splitlines()
               if "sandbox node agent " in line and f" on {node.ip} " in line]
-    samples = [json.loads(line) for line in metrics.read_text().splitlines() if '"kind": "sandbox"' in line]
-    return sum(s["live"] for s in samples[-2:] if s["node"] in agents)
+    patterns = [f"{parent}venusrl-*/{agent}/sb-*/cgroup.procs" for agent in agents for parent in ("", "*/")]  # v2, v1
+    pids = {int(pid) for pattern in patterns for path in Path(CGROUP_ROOT).glob(pattern) for pid in _read(path).split()}
+    if not any(b"venusrl.sandbox." not in _read_bytes(Path(f"/proc/{pid}/cmdline")) for pid in pids):
+        return []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGSTOP)
+    return sorted(pids)
+
+
+def _read(path: Path) -> str:
+    return _read_bytes(path).decode()
+
+
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, or none where it is gone (a sandbox or process ended meanwhile)."""
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
