@@ -126,11 +126,6 @@ def test_outputs_ready_together_reach_a_busy_consumer_as_one_chunk(two_engines):
     assert first.new_token_ids + rest[0].new_token_ids == rest[0].output_ids and len(rest[0].output_ids) == 20
 
 
-async def _frames(reader: asyncio.StreamReader):
-    while (frame := await read_frame(reader)) is not None:
-        yield frame
-
-
 def test_calls_made_in_one_turn_of_the_loop_go_out_in_one_write_in_order(two_engines):
     """A burst of notifications (a policy change re-prioritising a group) and the call after
     it are written to the socket together as the loop's turn ends, in the order they were
@@ -161,10 +156,12 @@ def test_calls_made_in_one_turn_of_the_loop_go_out_in_one_write_in_order(two_eng
         return before, after, writes
 
     async def ops(data: bytes) -> list[str]:
-        reader = asyncio.StreamReader()
+        reader, ops = asyncio.StreamReader(), []
         reader.feed_data(data)
         reader.feed_eof()
-        return [frame.header["op"] async for frame in _frames(reader)]
+        while (frame := await read_frame(reader)) is not None:
+            ops.append(frame.header["op"])
+        return ops
 
     before, after, writes = asyncio.run(scenario())
     assert len(writes) == 1, "four notifications and a call: one write"

@@ -76,17 +76,14 @@ def _stop_sandboxes_on(node, run_dir: Path) -> list[int]:
     agents = [line.split("sandbox node agent ")[1].split(" ")[0] for line in log.read_text().splitlines()
               if "sandbox node agent " in line and f" on {node.ip} " in line]
     patterns = [f"{parent}venusrl-*/{agent}/sb-*/cgroup.procs" for agent in agents for parent in ("", "*/")]  # v2, v1
-    pids = {int(pid) for pattern in patterns for path in Path(CGROUP_ROOT).glob(pattern) for pid in _read(path).split()}
+    pids = {int(pid) for pattern in patterns for path in Path(CGROUP_ROOT).glob(pattern)
+            for pid in _read_bytes(path).split()}
     if not any(b"venusrl.sandbox." not in _read_bytes(Path(f"/proc/{pid}/cmdline")) for pid in pids):
         return []
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGSTOP)
     return sorted(pids)
-
-
-def _read(path: Path) -> str:
-    return _read_bytes(path).decode()
 
 
 def _read_bytes(path: Path) -> bytes:

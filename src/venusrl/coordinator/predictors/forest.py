@@ -106,26 +106,26 @@ class FlatForest:
             first_split.append(len(split_nodes))
             leaf_offset.append(len(leaf_nodes))
             split_nodes.append(-1)
-            masks.append(2**64 - 1)
+            masks.append(int(ALL_LEAVES))
             leaves_before = len(leaf_nodes)
             # iterative in-order walk: (node, whether its left subtree is done)
             stack, open_splits = [(int(root), False)], {}
             while stack:
                 node, left_done = stack.pop()
-                if len(leaf_nodes) - leaves_before > MAX_LEAVES or len(stack) > self.value.shape[0]:
-                    raise ValueError(f"a tree has more than {MAX_LEAVES} leaves, or its nodes form a cycle")
                 if self.is_leaf[node]:
                     leaf_nodes.append(node)
+                    if len(leaf_nodes) - leaves_before > MAX_LEAVES:
+                        raise ValueError(f"a tree has more than {MAX_LEAVES} leaves")
+                elif len(stack) >= self.value.shape[0]:  # deeper than there are nodes
+                    raise ValueError("a tree's nodes form a cycle")
                 elif not left_done:
                     open_splits[node] = len(leaf_nodes) - leaves_before
                     stack += [(node, True), (int(self.left[node]), False)]
                 else:  # its left subtree's leaves are numbered: from open_splits[node] to here
                     first, last = open_splits.pop(node), len(leaf_nodes) - leaves_before
                     split_nodes.append(node)
-                    masks.append((2**64 - 1) ^ ((1 << last) - 1) ^ ((1 << first) - 1))
+                    masks.append(int(ALL_LEAVES) ^ ((1 << last) - 1) ^ ((1 << first) - 1))
                     stack.append((int(self.right[node]), False))
-            if len(leaf_nodes) - leaves_before > MAX_LEAVES:
-                raise ValueError(f"a tree has more than {MAX_LEAVES} leaves")
         nodes = np.asarray(split_nodes, dtype=np.intp)
         real = nodes >= 0
         self._split_feature = np.where(real, self.feature[nodes], 0)

@@ -3,12 +3,12 @@ over one connection per event loop speaking `engine/remote/wire.py`.
 
 Every call is queued on its connection when it is made and the calls of one turn of the event
 loop are written together as it ends (those made before the connection is up wait for it), so
-calls take effect in the order they are made, and `set_priority`, a notification, needs no reply. Stream outputs arrive in chunks (`outputs` frames, whatever
-the engine had ready); the consumer gets one `RequestOutput` per chunk it reads, merging
-every chunk that arrived while it was busy. The engine pushes its demoted set when the
-connection opens and whenever the set changes, so `demoted_trajectories` needs no round
-trip. A connection that ends (the engine process died, was killed, or shut down) fails every
-call and stream on it with `EngineStopped`.
+calls take effect in the order they are made, and `set_priority`, a notification, needs no
+reply. Stream outputs arrive in chunks (`outputs` frames, whatever the engine had ready); the
+consumer gets one `RequestOutput` per chunk it reads, merging every chunk that arrived while
+it was busy. The engine pushes its demoted set when the connection opens and whenever the set
+changes, so `demoted_trajectories` needs no round trip. A connection that ends (the engine
+process died, was killed, or shut down) fails every call and stream on it with `EngineStopped`.
 
 `spawn_engines` starts local engine processes and returns their clients once each has
 handshaken (a line on its stdout), with no timed wait.
