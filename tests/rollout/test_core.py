@@ -220,6 +220,77 @@ def test_orchestration_moves_an_urgent_waiter_off_the_hot_engine():
     core.check_invariants()
 
 
+def balancing_core(low: frozenset[int] = frozenset()):
+    """Two engines of two slots, decode balance on, every trajectory placed on engine 0 and
+    declared HIGH but for `low` (indexes); contexts of 500, 200, 200 and 100 tokens."""
+    c = coordinator(groups=2, group_size=2)
+    ids = started(c)
+    tokens = dict(zip(ids, (500, 200, 200, 100), strict=True))
+    core = RolloutCore(c, engines=2, slots_per_engine=2, decode_balance=True, context_tokens=tokens.__getitem__)
+    low_ids = {ids[i] for i in low}
+    core.declared_priority = lambda t, policy=None: L if t in low_ids else H  # type: ignore[method-assign]
+    for t in ids:
+        core.place(t, engine=0)
+    return core, ids
+
+
+def test_an_urgent_turn_moves_to_the_engine_where_less_context_generates_once_a_turn():
+    core, (a, b, _, _) = balancing_core()
+    assert core.request_slot(a) == [Grant(a, 0, H)]  # engine 1 generates nothing, but neither does 0 yet
+    assert core.decode_loads == [500, 0]
+    assert core.request_slot(b) == [Move(b, 0, 1)]  # beside 500 tokens here, beside none there
+    assert core.engine_of[b] == 1 and b in core.moving and core.decode_loads == [500, 200]  # counted on its way
+    core.check_invariants()
+    assert core.arrived(b) and core.decode_loads == [500, 0]
+    assert core.request_slot(b) == [Grant(b, 1, H)]  # it moved for this turn already
+    assert core.decode_loads == [500, 200]
+    core.release_slot(a)
+    assert core.decode_loads == [0, 200]
+    core.check_invariants()
+
+
+def test_a_low_turn_stays_where_its_kv_is():
+    core, (a, _, _, d) = balancing_core(low=frozenset({3}))
+    core.request_slot(a)
+    assert core.request_slot(d) == [Grant(d, 0, L)]
+
+
+def test_no_balance_move_into_a_pool_short_of_room_or_when_the_move_takes_longer_than_it_saves():
+    core, (a, b, _, _) = balancing_core()
+    core.request_slot(a)
+    core.orchestrate({0: 0.2, 1: 0.35}, {0: 1000, 1: 1000}, lambda t: 0, threshold=0.9)
+    assert core.request_slot(b) == [Grant(b, 0, H)]  # 0.35 + 200/1000 of engine 1's pool is past half
+    core, (a, b, _, _) = balancing_core()
+    core.request_slot(a)
+    core.turn_held(1.0)
+    core.move_took(0.8)  # saves at most 1.0 s x 500 / 700 = 0.71 s of the turn
+    assert core.request_slot(b) == [Grant(b, 0, H)]
+    core.check_invariants()
+
+
+
+def test_a_turn_that_asks_again_while_it_waits_leaves_the_queue_it_is_moved_from():
+    """A preempted turn's driver asks again while the core has it queued; decode balance may move
+    it then (the steal did not pay: it saves half a turn on two slots, the move takes 0.6 of one),
+    and it must leave the source's queue (found by the property test below: it stayed queued on
+    the engine it left)."""
+    c = coordinator(groups=3, group_size=2)
+    a, x, b, c1, d, _ = started(c)
+    tokens = {a: 500, x: 500, b: 200, c1: 100, d: 100, _: 100}
+    core = RolloutCore(c, engines=2, slots_per_engine=2, decode_balance=True, context_tokens=tokens.__getitem__)
+    core.declared_priority = lambda t, policy=None: H  # type: ignore[method-assign]
+    for t, engine in ((c1, 1), (d, 1), (a, 0), (x, 0), (b, 0)):
+        core.place(t, engine=engine)
+        core.request_slot(t)
+    assert b in core.slots[0].waiting  # both engines full when it asked
+    core.turn_held(1.0)
+    core.move_took(0.6)
+    assert core.release_slot(d) == []  # engine 1 has a free slot; stealing b does not pay
+    assert core.request_slot(b) == [Move(b, 0, 1)]  # 100 + 200 < 1000, and it saves 0.75 of a turn
+    assert b not in core.slots[0].waiting and core.engine_of[b] == 1
+    core.check_invariants()
+
+
 events = st.lists(st.tuples(
     st.sampled_from(["request", "release", "finish", "policy", "demoted", "orchestrate", "arrive", "check",
                      "observe"]),
@@ -229,18 +300,22 @@ events = st.lists(st.tuples(
 
 @settings(max_examples=300, deadline=None)
 @given(st.integers(1, 3), st.integers(1, 3), st.sampled_from(["priority", "action_level", "trajectory_level"]),
-       st.sampled_from([None, "thunderagent", "venus"]), st.sampled_from([0.0, 0.1]), events)
-def test_invariants_hold_under_any_event_sequence(engines, slots, mode, live_set, thrash_fraction, steps):
+       st.sampled_from([None, "thunderagent", "venus"]), st.sampled_from([0.0, 0.1]), st.booleans(), events)
+def test_invariants_hold_under_any_event_sequence(engines, slots, mode, live_set, thrash_fraction, decode_balance,
+                                                  steps):
     """Every event keeps the core's invariants; with a live set, a paused trajectory never
     queues for a slot, and venus's rule holds after each check: every engaged engine's live
     demand (less what is marked to pause) fits its pool, or only PROMOTED programs are left to
     pause; an engine not engaged pauses nothing. Engines report their counters ("observe":
-    400 tokens of context, `index` x 10 of them recomputed), so some engage and some do not."""
+    400 tokens of context, `index` x 10 of them recomputed), so some engage and some do not.
+    Decode balance moves a turn only to a lighter engine with a free slot: its load there,
+    with the turn, below the one it leaves."""
     c = coordinator(groups=6, group_size=2)
     ids = started(c)
     tokens = dict.fromkeys(ids, 60)  # contexts grow by a turn at each release
     core = RolloutCore(c, engines, slots, mode, live_set=live_set, kv_capacity_tokens=400,
-                       context_tokens=tokens.__getitem__, buffer_tokens=10, thrash_fraction=thrash_fraction)
+                       context_tokens=tokens.__getitem__, buffer_tokens=10, thrash_fraction=thrash_fraction,
+                       decode_balance=decode_balance)
     counters = [[0, 0] for _ in range(engines)]
     driver = Driver(core)
     for t in ids:
@@ -253,8 +328,13 @@ def test_invariants_hold_under_any_event_sequence(engines, slots, mode, live_set
             asked = core.wants_demoted(t)
             if asked is not None:
                 driver.apply(core.demoted(asked, {str(i) for i in chosen}))
+            loads, source, balanced = list(core.decode_loads), core.engine_of[t], set(core._balanced)
             actions = core.request_slot(t)
             driver.apply(actions)
+            if t in core._balanced - balanced:  # moved by decode balance
+                assert actions == [Move(t, source, core.engine_of[t])] and core.slot_priority(t) < L
+                assert loads[core.engine_of[t]] + tokens[t] < loads[source]
+                assert core.slots[core.engine_of[t]].idle
             if mode == "priority" and core.slot_priority(t) < L and t in core.slots[core.engine_of[t]].waiting:
                 slots_t = core.slots[core.engine_of[t]]
                 assert all(slots_t.priorities.get(h) != L for h in slots_t.holders), "a HIGH turn waits behind a LOW"
@@ -293,6 +373,60 @@ def test_invariants_hold_under_any_event_sequence(engines, slots, mode, live_set
                     assert all(slots_e.priorities.get(h) != L for h in slots_e.holders), "a HIGH turn waits behind a LOW"
         held = {h for s in core.slots for h in s.holders}
         assert driver.generating <= held, "a trajectory generates without a slot"
+
+
+balance_events = st.lists(st.tuples(
+    st.sampled_from(["request", "request", "request", "release", "release", "finish", "arrive", "arrive", "pressure"]),
+    st.integers(0, 11), st.integers(0, 2), st.floats(0.0, 1.0),
+), min_size=20, max_size=150)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(2, 3), st.integers(1, 3), st.frozensets(st.integers(0, 11)), balance_events)
+def test_decode_balance_keeps_every_invariant_and_only_lowers_a_turns_load(engines, slots, low, steps):
+    """Decode balance under any sequence of asks, releases, ends, landings and pressure
+    readings, urgent and LOW turns mixed: the invariants hold after every event; a balance move
+    takes an urgent turn, once a turn, to an engine with a free slot whose decode load with the
+    turn stays below the one it leaves and whose HIGH KV, with the turn, stays under
+    BALANCE_ROOM of its pool."""
+    from venusrl.rollout.core import BALANCE_ROOM
+
+    c = coordinator(groups=6, group_size=2)
+    ids = started(c)
+    tokens = {t: 50 + 40 * (t % 5) for t in ids}
+    core = RolloutCore(c, engines, slots, decode_balance=True, context_tokens=tokens.__getitem__)
+    low_ids = {ids[i] for i in low}
+    core.declared_priority = lambda t, policy=None: L if t in low_ids else H  # type: ignore[method-assign]
+    driver = Driver(core)
+    for t in ids:
+        core.place(t)
+    ended: set[int] = set()
+    for kind, index, engine, fraction in steps:
+        t = ids[index]
+        if kind == "request" and t not in ended and t not in core.moving and t not in driver.generating:
+            loads, source, pressure = list(core.decode_loads), core.engine_of[t], dict(core._pressure)
+            was_balanced = t in core._balanced
+            actions = core.request_slot(t)
+            driver.apply(actions)
+            if t in core._balanced and not was_balanced:
+                target = core.engine_of[t]
+                assert actions == [Move(t, source, target)] and t not in low_ids
+                assert loads[target] + tokens[t] < loads[source] and core.slots[target].idle
+                assert target not in pressure or pressure[target] + tokens[t] / 1000 < BALANCE_ROOM
+        elif kind == "release" and t in driver.generating:
+            driver.generating.discard(t)
+            tokens[t] += 30
+            driver.apply(core.release_slot(t))
+        elif kind == "finish" and t not in ended:
+            driver.generating.discard(t)
+            ended.add(t)
+            driver.apply(core.finish(t))
+        elif kind == "arrive" and t in core.moving:
+            assert core.arrived(t)
+        elif kind == "pressure":
+            driver.apply(core.orchestrate({e: fraction if e == engine % engines else 0.0 for e in range(engines)},
+                                          dict.fromkeys(range(engines), 1000), tokens.__getitem__, 0.9))
+        core.check_invariants()
 
 
 def test_the_core_is_pure():

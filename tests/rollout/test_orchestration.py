@@ -1,5 +1,6 @@
-"""Request orchestration: the choice of moves, and a request moved between two engines
-with its prefix KV (in process, over TCP, and through Mooncake's transfer engine)."""
+"""Moves between engines: request orchestration's and decode balance's choices, and a request
+moved between two engines with its prefix KV (in process, over TCP, and through Mooncake's
+transfer engine)."""
 
 import pytest
 from hypothesis import given
@@ -9,7 +10,7 @@ from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
 from venusrl.model.checkpoint import load_model
 from venusrl.model.generate import generate
-from venusrl.rollout.orchestrator import Move, choose_moves, migrate_prefix
+from venusrl.rollout.orchestrator import Move, choose_moves, lighter_engine, migrate_prefix
 from venusrl.rollout.transport_select import TRANSPORTS, open_transport
 from venusrl.types import Priority, SamplingParams
 
@@ -43,6 +44,31 @@ def test_moves_never_raise_the_peak(pressure, sizes):
         projected[move.source] -= tokens / 1000
         projected[move.target] += tokens / 1000
     assert max(projected.values()) <= max(pressure.values()) + 1e-9
+
+
+def test_an_urgent_turn_goes_to_the_engine_where_the_least_context_generates():
+    loads = [900, 300, 100, 100]
+    assert lighter_engine(loads, 0, 200, eligible=[1, 2, 3]) == 2  # ties: the lowest index
+    assert lighter_engine(loads, 0, 200, eligible=[1]) == 1
+    assert lighter_engine(loads, 0, 200, eligible=[]) is None
+    assert lighter_engine(loads, 0, 200, eligible=[0]) is None  # never its own engine
+
+
+def test_no_balance_move_that_would_make_the_target_the_heavier_engine():
+    assert lighter_engine([500, 300], 0, 200, eligible=[1]) is None  # 300 + 200 is not below 500
+    assert lighter_engine([501, 300], 0, 200, eligible=[1]) == 1
+
+
+@given(st.lists(st.integers(0, 10_000), min_size=1, max_size=6), st.integers(0, 5), st.integers(0, 5_000),
+       st.sets(st.integers(0, 5)))
+def test_a_balance_move_lowers_the_turns_load_and_the_peak_of_the_two_engines(loads, source, context, eligible):
+    source %= len(loads)
+    target = lighter_engine(loads, source, context, {e for e in eligible if e < len(loads)})
+    if target is not None:
+        assert target != source and target in eligible
+        assert loads[target] + context < loads[source]  # the turn decodes beside less context
+        assert max(loads[source], loads[target] + context) == loads[source]  # the peak does not rise
+        assert all(loads[target] <= loads[e] for e in eligible if e < len(loads) and e != source)
 
 
 @pytest.mark.parametrize("transport_kind", TRANSPORTS)

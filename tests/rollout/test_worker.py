@@ -212,41 +212,75 @@ def test_predictions_reach_the_coordinator_and_finished_trajectories_train_the_p
         predictor.close()
 
 
-def test_a_waiting_high_turn_moves_to_another_engine_with_its_prefix(tiny_model_dir):
-    from venusrl.rollout.core import Grant
-    from venusrl.rollout.orchestrator import Move
+def on_two_engines_one_prompt_cached(tiny_model_dir, slots: int, body):
+    """A worker of `slots` slots an engine on two engines and two trajectories declared HIGH,
+    both placed on engine 0; the first's turn starts from a 100-token prompt, cached on engine 0.
+    Runs `await body(worker, first id, second id, prompt)`; returns (worker, engines, first id,
+    second id, prompt)."""
     from venusrl.types import Priority, SamplingParams
 
     engines = [Engine.from_pretrained(tiny_model_dir, EngineConfig(kv_capacity_tokens=4096, page_size=1)) for _ in range(2)]
     coordinator = DataCoordinator(CoordinatorConfig(group_size=1, batch_groups=2), prompts(2))
     started = coordinator.start(0.0).start
-    waiting_id, holder_id = started[0].id, started[1].id
+    first, second = started[0].id, started[1].id
     prompt = list(range(30, 130))
-    coordinator.on_turn_start(waiting_id, 0.0, prompt)
+    coordinator.on_turn_start(first, 0.0, prompt)
     engines[0].generate([prompt], SamplingParams(max_new_tokens=4, temperature=0, stop_token_ids=(-1,)))
 
     async def main():
         async_engines = [AsyncEngine(e) for e in engines]
         try:
-            worker = RolloutWorker(coordinator, async_engines, engines[0].tokenizer, CalculatorEnv, RolloutConfig(), slots=1)
+            worker = RolloutWorker(coordinator, async_engines, engines[0].tokenizer, CalculatorEnv, RolloutConfig(),
+                                   slots=slots)
             worker.core.declared_priority = lambda trajectory_id, policy=None: Priority.HIGH
-            worker.core.place(holder_id, engine=0), worker.core.place(waiting_id, engine=0)
-            assert worker.core.request_slot(holder_id) == [Grant(holder_id, 0, Priority.HIGH)]
-            worker._context[waiting_id] = prompt  # its turn waits to generate from the prompt
-            # engine 1 idles while the turn waits on engine 0: the core moves it there
-            assert worker.core.request_slot(waiting_id) == [Move(waiting_id, 0, 1)]
-            assert waiting_id not in worker.slots[0].waiting
-            await worker._move(Move(waiting_id, 0, 1))
+            worker.core.place(second, engine=0), worker.core.place(first, engine=0)
+            await body(worker, first, second, prompt)
             return worker
         finally:
             for e in async_engines:
                 await e.shutdown()
 
-    worker = asyncio.run(main())
+    return asyncio.run(main()), engines, first, second, prompt
+
+
+def test_a_waiting_high_turn_moves_to_another_engine_with_its_prefix(tiny_model_dir):
+    from venusrl.rollout.core import Grant
+    from venusrl.rollout.orchestrator import Move
+    from venusrl.types import Priority
+
+    async def body(worker, waiting_id, holder_id, prompt):
+        assert worker.core.request_slot(holder_id) == [Grant(holder_id, 0, Priority.HIGH)]
+        worker._context[waiting_id] = prompt  # its turn waits to generate from the prompt
+        # engine 1 idles while the turn waits on engine 0: the core moves it there
+        assert worker.core.request_slot(waiting_id) == [Move(waiting_id, 0, 1)]
+        assert waiting_id not in worker.slots[0].waiting
+        await worker._move(Move(waiting_id, 0, 1))
+
+    worker, engines, waiting_id, _, prompt = on_two_engines_one_prompt_cached(tiny_model_dir, 1, body)
     assert worker.migrations == 1 and worker.core.engine_of[waiting_id] == 1
     assert waiting_id not in worker.core.moving and worker._grants[waiting_id].is_set()
     cached, _ = engines[1].export_prefix(prompt)
     assert cached == len(prompt), "the target engine holds the moved prefix"
+
+
+def test_an_urgent_turn_beside_a_longer_one_decodes_on_the_idle_engine_with_its_prefix(tiny_model_dir):
+    """Decode balance through the real driver: slots are free on both engines, and a HIGH turn
+    asking on engine 0, where a turn of 300 tokens generates, moves to idle engine 1 with its
+    cached prefix and holds a slot there (once this turn: it does not move again on landing)."""
+
+    async def body(worker, asking_id, holder_id, prompt):
+        worker._context[holder_id] = list(range(300))
+        worker.core.request_slot(holder_id)
+        worker._context[asking_id] = prompt
+        await asyncio.wait_for(worker._acquire(asking_id), timeout=60)
+
+    worker, engines, asking_id, _, prompt = on_two_engines_one_prompt_cached(tiny_model_dir, 2, body)
+    assert worker.migrations == 1 and worker.core.engine_of[asking_id] == 1
+    assert asking_id in worker.core.slots[1].holders and not worker.core.moving
+    assert worker.core.decode_loads == [300, len(prompt)]
+    cached, _ = engines[1].export_prefix(prompt)
+    assert cached == len(prompt), "the target engine holds the moved prefix"
+    worker.core.check_invariants()
 
 
 def with_a_stolen_waiter(tiny_model_dir, then):
@@ -374,8 +408,10 @@ def test_a_turn_preempted_while_its_finished_output_is_on_its_way_ends_once_with
 
     async def main():
         async_engines = [AsyncEngine(e) for e in engines]
+        # the HIGH turn preempts on its own engine (decode balance would move it to the idle one)
         worker = RolloutWorker(DataCoordinator(CoordinatorConfig(group_size=1, batch_groups=1), prompts(1)),
-                               async_engines, engines[0].tokenizer, CalculatorEnv, RolloutConfig(), slots=1)
+                               async_engines, engines[0].tokenizer, CalculatorEnv, RolloutConfig(decode_balance=False),
+                               slots=1)
         worker.core.declared_priority = lambda trajectory_id, policy=None: Priority.LOW if trajectory_id == 1 else Priority.HIGH
         worker.core.place(1, engine=0), worker.core.place(2, engine=0)
 

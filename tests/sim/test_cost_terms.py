@@ -42,10 +42,12 @@ def test_reload_latency_prices_the_loads_of_the_programs_venus_pauses(seed):
     """With a host tier, the programs venus's live set pauses come back as loads, and each
     load's latency lengthens the run (the term once swapped venus and the paper's venus on
     seed 0; with idle engines resuming paused programs at once, no seed of 0-11 swaps). The
-    live set is engaged from the start: this small cluster need not thrash enough to engage it."""
+    live set is engaged from the start: this small cluster need not thrash enough to engage it.
+    Venus up to its live set (`+live_set`): decode balance's moves would make the run's length
+    turn on where each turn lands, not on the loads' latency."""
     spec = dict(seed=seed, config={**HOST, "scheduler.live_set_thrash_fraction": 0.0}, predictor_trajectory_share=0.0)
-    free = run.simulate(small_spec("venus", **spec))
-    slow = run.simulate(small_spec("venus", cost=replace(SMALL_COST, reload_latency_s=0.05), **spec))
+    free = run.simulate(small_spec("+live_set", **spec))
+    slow = run.simulate(small_spec("+live_set", cost=replace(SMALL_COST, reload_latency_s=0.05), **spec))
     assert free.engine["reloaded_tokens"] > 0 and slow.engine["reloaded_tokens"] > 0
     assert slow.sim_seconds > free.sim_seconds
 

@@ -13,8 +13,10 @@ from venusrl.sim.systems import PRESETS, SYSTEMS, system
 
 def test_venus_is_the_training_default():
     assert system("venus").config == Config()
-    assert system("+live_set").config == Config()
-    assert system("+migration").config == Config(scheduler={"live_set": False})  # the paper's venus
+    assert system("+decode_balance").config == Config()
+    assert system("+live_set").config == Config(rollout={"decode_balance": False})
+    # the paper's venus
+    assert system("+migration").config == Config(scheduler={"live_set": False}, rollout={"decode_balance": False})
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))

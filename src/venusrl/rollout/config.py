@@ -20,6 +20,10 @@ class RolloutConfig(Section):
         "slots would idle takes the last turn queued on another when the move saves that queue more than it takes "
         "(both timed as the run goes), and waiting HIGH turns leave an engine past orchestration_threshold, each "
         "with its prefix KV")
+    decode_balance: bool = Field(
+        True, description="venus (with orchestration): an urgent turn asking for a slot moves, with its prefix KV, "
+        "to the engine where the least context generates when that lowers its own engine's load, the target's HIGH "
+        "KV stays under half its pool, and the move is timed to pay (once a turn)")
     orchestration_threshold: float = Field(
         0.9, gt=0, description="HIGH KV pressure past which an engine's waiting HIGH turns move to another engine")
     orchestration_interval_s: float = Field(0.1, gt=0, description="how often engine pressure is checked")

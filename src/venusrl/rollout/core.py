@@ -25,6 +25,13 @@ Decisions (paper §4.3):
   latest) of the engine with the most waiters, when the move pays (`_move_pays`: the wait it
   saves against what a move takes, both timed by the drivers); orchestration:
   `choose_moves` over the HIGH KV pressure.
+- Decode balance (optional, beyond the paper): an urgent turn asking for a slot moves to the
+  engine where the least context generates (`lighter_engine`; the decode load counts the
+  context of each slot holder and of each turn moving there; among engines with a free slot
+  and no waiter), once a turn, if that engine's HIGH KV stays under `BALANCE_ROOM` of its
+  pool with the turn's context and the move pays (`_balance_pays`). A decode step reads
+  every generating turn's KV; where many turns share an engine and another has few, the
+  critical ones decode faster there, and LOW turns stay where their KV is.
 - Move semantics: a move is final when chosen. The trajectory leaves the source's slot
   queue and placement at once (so the source's other waiters are served and no second move
   picks it) and asks for a slot on the target once its prefix KV has landed (`arrived`).
@@ -37,7 +44,9 @@ Invariants (`check_invariants`, asserted by the property tests after every event
 - priority mode: a PROMOTED/HIGH turn waits only while no LOW turn holds a slot on its
   engine: it preempts one when it asks, and a policy change or a demotion that makes a
   holder LOW under waiting urgent turns hands them its slot (`_serve_urgent`);
-- the placement's load of each engine is the number of trajectories placed on it.
+- the placement's load of each engine is the number of trajectories placed on it;
+- decode balance: each engine's decode load is the context counted for its slot holders and
+  the turns moving to it, each trajectory counted once, on the engine it is placed on.
 """
 
 from __future__ import annotations
@@ -49,7 +58,7 @@ from dataclasses import dataclass
 from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.coordinator.decisions import PriorityPolicy
 from venusrl.rollout.live_set import BUFFER_PER_PROGRAM, THRASH_FRACTION, LiveSet, LiveSetRuleName
-from venusrl.rollout.orchestrator import Move, choose_moves
+from venusrl.rollout.orchestrator import Move, choose_moves, lighter_engine
 from venusrl.rollout.slots import SlotMode, SlotScheduler, steal_candidate
 from venusrl.types import Priority
 
@@ -82,6 +91,14 @@ class SetEnginePriority:
 
 
 Action = Grant | Preempt | SetEnginePriority | Move  # Move(request=trajectory, source, target)
+
+
+# Decode balance moves a turn only to an engine whose HIGH KV, with the turn's context, stays
+# under this share of its pool (its last `orchestrate` reading): the prefix must land without
+# evicting the KV the target's own turns come back to. Measured in the simulator's Fig. 10
+# cells (results/sim-thunderagent/decode-balance/): without it, moves into pools that bind
+# (Qwen3-4B batch 64, Qwen3-32B batch 16) cost 3-8% of the run's time.
+BALANCE_ROOM = 0.5
 
 
 class LeastLoaded:
@@ -124,6 +141,7 @@ class RolloutCore:
         buffer_tokens: int = BUFFER_PER_PROGRAM,
         acting_decay: bool = False,
         thrash_fraction: float = THRASH_FRACTION,
+        decode_balance: bool = False,
     ) -> None:
         """`live_set`: pause programs so the live ones' KV fits each engine's
         `kv_capacity_tokens` (`rollout/live_set.py`), ThunderAgent's rule or venus's (on an
@@ -136,6 +154,9 @@ class RolloutCore:
         self.coordinator, self.mode = coordinator, mode
         self.demotion_aware = demotion_aware and mode == "priority"
         self.orchestration = orchestration and mode == "priority" and engines > 1
+        self.decode_balance = decode_balance and self.orchestration
+        if self.decode_balance and context_tokens is None:
+            raise ValueError("decode balance needs the trajectories' context_tokens")
         self.context_tokens = context_tokens
         self.live_set = None if live_set is None else LiveSet(
             [kv_capacity_tokens] * engines, live_set, buffer_tokens=buffer_tokens, acting_decay=acting_decay,
@@ -150,6 +171,14 @@ class RolloutCore:
         # `move_took`); None until the first is timed
         self._turn_s: float | None = None
         self._move_s: float | None = None
+        # decode balance: each engine's decode load, the context counted for each trajectory
+        # (engine, tokens), the trajectories moved by it since their turn last ended, and each
+        # engine's HIGH KV pressure and pool as `orchestrate` last read them
+        self.decode_loads = [0] * engines
+        self._decode_context: dict[int, tuple[int, int]] = {}
+        self._balanced: set[int] = set()
+        self._pressure: dict[int, float] = {}
+        self._capacity: dict[int, int] = {}
 
     # ---- priorities ------------------------------------------------------------------------
 
@@ -230,10 +259,13 @@ class RolloutCore:
         engine = self.engine_of[trajectory_id]
         if trajectory_id in self.slots[engine].holders:  # kept through a tool call, or re-granted
             return [self._grant(trajectory_id, engine)]
+        move = self._balance(trajectory_id, engine)
+        if move is not None:
+            return [move]
         granted, victim = self.slots[engine].request(trajectory_id, self.slot_priority(trajectory_id))
         actions: list[Action] = []
         if victim is not None:
-            actions.append(Preempt(victim, engine))
+            actions.append(self._preempt(victim, engine))
         if granted:
             actions.append(self._grant(trajectory_id, engine))
         elif self.orchestration:  # queued here while an engine idles: move there
@@ -246,6 +278,7 @@ class RolloutCore:
         in trajectory-level mode it keeps its slot. `now`: the driver's clock (a live set's
         decay of tool-call tokens reads it)."""
         actions: list[Action] = []
+        self._balanced.discard(trajectory_id)
         if self.live_set is not None and trajectory_id in self.engine_of:
             self.live_set.acted(trajectory_id, self.context_tokens(trajectory_id), now)
             actions += self._tell_paused()
@@ -301,6 +334,8 @@ class RolloutCore:
         if self.live_set is not None:
             self.live_set.finish(trajectory_id)
         self.moving.discard(trajectory_id)
+        self._balanced.discard(trajectory_id)
+        self._uncount(trajectory_id)
         self.placement.add(self.engine_of.pop(trajectory_id), -1)
         return actions
 
@@ -333,9 +368,11 @@ class RolloutCore:
     def orchestrate(self, pressure: Mapping[int, float], capacity: Mapping[int, int],
                     context_tokens: Callable[[int], int], threshold: float) -> list[Move]:
         """Request orchestration (paper §4.3): from engines past `threshold` HIGH KV pressure,
-        move waiting urgent turns (oldest first) to the least-pressured engine."""
+        move waiting urgent turns (oldest first) to the least-pressured engine. Decode balance
+        reads the same pressures until the next call."""
         if not self.orchestration:
             return []
+        self._pressure, self._capacity = dict(pressure), dict(capacity)
         waiting = {index: [(tid, context_tokens(tid)) for tid in slots.waiting
                            if slots.priorities.get(tid, Priority.LOW) < Priority.LOW]
                    for index, slots in enumerate(self.slots)}
@@ -350,6 +387,7 @@ class RolloutCore:
         if trajectory_id not in self.moving:
             return False
         self.moving.discard(trajectory_id)
+        self._uncount(trajectory_id)  # counted again once granted there
         return True
 
     def turn_held(self, seconds: float) -> None:
@@ -376,19 +414,25 @@ class RolloutCore:
             self.engine_of[trajectory_id] = engine
 
     def _grant(self, trajectory_id: int, engine: int) -> Grant:
+        self._count(trajectory_id, engine)
         return Grant(trajectory_id, engine, self.declared_priority(trajectory_id))
+
+    def _preempt(self, trajectory_id: int, engine: int) -> Preempt:
+        self._uncount(trajectory_id)
+        return Preempt(trajectory_id, engine)
 
     def _serve_urgent(self, engine: int) -> list[Action]:
         """Urgent turns waiting on `engine` take the slots of LOW holders there."""
         actions: list[Action] = []
         for waiter, victim in self.slots[engine].serve_urgent():
-            actions += [Preempt(victim, engine), self._grant(waiter, engine)]
+            actions += [self._preempt(victim, engine), self._grant(waiter, engine)]
         return actions
 
     def _release(self, trajectory_id: int, finished: bool) -> list[Action]:
         engine = self.engine_of.get(trajectory_id)
         if engine is None:
             return []
+        self._uncount(trajectory_id)
         actions: list[Action] = [self._grant(t, engine) for t in self.slots[engine].release(trajectory_id, finished)]
         if self.orchestration:
             actions.extend(self._steal_for(engine))
@@ -431,12 +475,67 @@ class RolloutCore:
             return True
         return len(source.waiting) * self._turn_s / source.slots > self._move_s
 
+    def _balance(self, trajectory_id: int, engine: int) -> Move | None:
+        """Decode balance (module docstring): the move of an urgent turn asking for a slot on
+        `engine` to a lighter one, committed, or None."""
+        if (not self.decode_balance or trajectory_id in self._balanced
+                or self.slot_priority(trajectory_id) == Priority.LOW):
+            return None
+        context = self.context_tokens(trajectory_id)
+        eligible = [i for i, slots in enumerate(self.slots) if slots.idle]
+        target = lighter_engine(self.decode_loads, engine, context, eligible)
+        if (target is None or not self._has_room(target, context)
+                or not self._balance_pays(self.decode_loads[engine], self.decode_loads[target], context)):
+            return None
+        self._balanced.add(trajectory_id)
+        self._start_move(trajectory_id, engine, target)
+        self._count(trajectory_id, target)  # on its way: the next turns asking see it there
+        return Move(trajectory_id, engine, target)
+
+    def _has_room(self, engine: int, context: int) -> bool:
+        """The engine's HIGH KV, with `context` more, stays under `BALANCE_ROOM` of its pool (as
+        `orchestrate` last read it; taken to hold before the first reading)."""
+        if engine not in self._pressure:
+            return True
+        return self._pressure[engine] + context / max(1, self._capacity[engine]) < BALANCE_ROOM
+
+    def _balance_pays(self, source_load: int, target_load: int, context: int) -> bool:
+        """Whether the turn's time saved exceeds the move's. Its decode steps read `context`
+        plus the engine's load, and a fixed cost (weights, launch) that a move does not change,
+        so they shrink by at most `(source_load - target_load) / (source_load + context)`: that
+        share of a turn's slot time (`turn_held`) against a move's (`move_took`). Until both
+        are timed, it is taken to pay. Between engine processes of a small model a move takes
+        longer than a turn (the rollout bench), so none pays there."""
+        if self._move_s is None or self._turn_s is None:
+            return True
+        return self._move_s < self._turn_s * (source_load - target_load) / max(1, source_load + context)
+
+    def _count(self, trajectory_id: int, engine: int) -> None:
+        """Count the trajectory's context in `engine`'s decode load (replacing what was counted)."""
+        if not self.decode_balance:
+            return
+        self._uncount(trajectory_id)
+        tokens = self.context_tokens(trajectory_id)
+        self._decode_context[trajectory_id] = (engine, tokens)
+        self.decode_loads[engine] += tokens
+
+    def _uncount(self, trajectory_id: int) -> None:
+        counted = self._decode_context.pop(trajectory_id, None)
+        if counted is not None:
+            self.decode_loads[counted[0]] -= counted[1]
+
     def _commit_move(self, move: Move) -> None:
         trajectory_id, source, target = move.request, move.source, move.target
         if self.engine_of.get(trajectory_id) != source or trajectory_id not in self.slots[source].waiting:
             raise ValueError(f"move of trajectory {trajectory_id}: it does not wait on engine {source}")
-        granted = self.slots[source].release(trajectory_id, finished=True)
-        assert not granted, "a waiter leaving frees no slot"
+        self._start_move(trajectory_id, source, target)
+
+    def _start_move(self, trajectory_id: int, source: int, target: int) -> None:
+        """The trajectory leaves `source`'s queue (a turn asking again while it waits, as a
+        preempted one does, can be moved too) and is placed on `target`, moving there."""
+        if trajectory_id in self.slots[source].waiting:
+            granted = self.slots[source].release(trajectory_id, finished=True)
+            assert not granted, "a waiter leaving frees no slot"
         self.placement.add(source, -1)
         self.placement.add(target, 1)
         self.engine_of[trajectory_id] = target
@@ -465,6 +564,12 @@ class RolloutCore:
         for engine in self.engine_of.values():
             loads[engine] += 1
         assert loads == self.placement.loads, f"placement loads {self.placement.loads} != placed {loads}"
+        decode_loads = [0] * len(self.slots)
+        for t, (engine, tokens) in self._decode_context.items():
+            decode_loads[engine] += tokens
+            assert self.engine_of.get(t) == engine, f"trajectory {t}: decode load counted on {engine}, placed elsewhere"
+            assert t in self.slots[engine].holders or t in self.moving, f"trajectory {t} counted, not generating"
+        assert decode_loads == self.decode_loads, f"decode loads {self.decode_loads} != counted {decode_loads}"
         if self.live_set is not None:
             self.live_set.check_invariants()
             assert self.live_set.programs.keys() == self.engine_of.keys(), "live set and placement disagree"

@@ -1,10 +1,12 @@
-"""Request orchestration (paper §4.3): when an engine's HIGH KV pressure crosses a threshold,
-move some of its waiting requests to the engine with the least HIGH pressure, with their
-prefix KV. The choice is pure; `migrate_prefix` carries one move out."""
+"""Moves between engines, each with the trajectory's prefix KV. Request orchestration (paper
+§4.3): when an engine's HIGH KV pressure crosses a threshold, some of its waiting requests go
+to the engine with the least HIGH pressure (`choose_moves`). Decode balance (beyond the paper):
+an urgent turn decodes on the engine where the fewest contexts generate beside it
+(`lighter_engine`). The choices are pure; `migrate_prefix` carries one move out."""
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -46,6 +48,20 @@ def choose_moves(
             projected[source] -= tokens / capacity[source]
             projected[target] = target_after
     return moves
+
+
+def lighter_engine(loads: Sequence[int], source: int, context: int, eligible: Iterable[int]) -> int | None:
+    """The engine an urgent turn of `context` tokens should decode on instead of `source`, or
+    None. `loads`: each engine's decode load, the context of the turns generating there (or on
+    their way there); the turn is not counted in `source`'s. A decode step reads the KV of
+    every generating turn, so a turn's step time grows with its engine's load: the eligible
+    engine with the least load is chosen (ties to the lowest index) if, with this turn, its
+    load stays below `source`'s without it. Then the turn's steps get shorter and so do the
+    source's; a move that would only make the target the heavier engine is not made."""
+    target = min((i for i in eligible if i != source), key=lambda i: (loads[i], i), default=None)
+    if target is None or loads[target] + context >= loads[source]:
+        return None
+    return target
 
 
 def migrate_prefix(source: Engine, target: Engine, token_ids: list[int], transport: KVTransport,

@@ -114,6 +114,7 @@ class RolloutWorker:
         self._context: dict[int, list[int]] = {}  # the tokens a trajectory's pending turn starts from
         capacity = min(engine.info().kv_capacity_tokens for engine in self.engines) if live_set else 0
         self.core = RolloutCore(coordinator, len(self.engines), slots, mode, orchestration=config.orchestration,
+                                decode_balance=config.decode_balance,
                                 live_set=live_set, kv_capacity_tokens=capacity, acting_decay=acting_decay,
                                 buffer_tokens=live_set_buffer_tokens, thrash_fraction=live_set_thrash_fraction,
                                 context_tokens=lambda tid: len(self._context.get(tid, ())))
@@ -282,7 +283,8 @@ class RolloutWorker:
                          live_set.resumes - resumes, sum(p.paused for p in live_set.programs.values()))
 
     async def _move(self, move: Move) -> None:
-        """The core moved a waiting trajectory (it left the source's slots): copy its prefix
+        """The core moved a waiting trajectory, or one asking for a slot (decode balance); it
+        left the source's slots: copy its prefix
         KV to the target, release it on the source, and let it ask for a slot on the target.
         A failed copy costs the target a recompute, never the trajectory."""
         trajectory_id, source, target = move.request, move.source, move.target

@@ -13,7 +13,7 @@ from venusrl.sim.workload import WorkloadConfig, coarsened
 
 MODELS = (("qwen3-4b", 1), ("qwen3-32b", 2))  # (model, tensor parallel degree of one engine)
 FIG10_SYSTEMS = ("slime", "rollflash", "thunderagent", "venus")
-TABLE1_SYSTEMS = ("baseline", "+priority", "+kv_residency", "+migration", "+live_set")
+TABLE1_SYSTEMS = ("baseline", "+priority", "+kv_residency", "+migration", "+live_set", "+decode_balance")
 
 # The paper's figures (§6.2-6.3). Fig. 10 gives speedup ranges in its text; Table 1 exactly.
 PAPER_FIG10 = {

@@ -12,11 +12,13 @@ same `Config` the training run reads. What a preset does not set is the real def
   so the live ones' KV fits each engine's pool, and resume by its order; a paused program's
   turn waits outside the engine. No trainer priority.
 - `venus`: the training config's defaults: priority slots, the length-prediction rule,
-  tiers + demotion, orchestration, and the live set ranked by the trainer's need (PROMOTED
-  and critical programs stay live; the others pause first). As in §4.3, a demoted trajectory
+  tiers + demotion, orchestration with decode balance, and the live set ranked by the
+  trainer's need (PROMOTED and critical programs stay live; the others pause first). As in §4.3, a demoted trajectory
   is LOW, for its slot as well as its KV.
 - Table 1's ablations: `baseline` (= rollflash), then `+priority`, `+kv_residency`,
-  `+migration` (the paper's venus, without the live set), then `+live_set` (= venus).
+  `+migration` (the paper's venus, without the live set), `+live_set`, then
+  `+decode_balance` (= venus: urgent turns move to the engine where the least context
+  generates, `rollout.decode_balance`).
 
 Moves between engines are the training config's `rollout.orchestration` (off in every
 system but venus and +migration).
@@ -57,8 +59,10 @@ FLUSH_AT_WEIGHT_UPDATE = {"engine.kv_after_weight_update": "recompute"}
 
 # No turn moves between engines (only venus moves them; the slot-level baselines could not anyway).
 NO_MOVES = {"rollout.orchestration": False}
-# The paper's venus: every runnable turn competes for KV (no programs paused).
+# The paper's venus: every runnable turn competes for KV (no programs paused), and a turn moves
+# only when it waits (stealing) or its engine's HIGH KV is past the threshold.
 NO_LIVE_SET = {"scheduler.live_set": False}
+NO_DECODE_BALANCE = {"rollout.decode_balance": False}
 
 
 @dataclass(slots=True, frozen=True)
@@ -75,8 +79,9 @@ PRESETS: dict[str, Preset] = {
     "baseline": Preset({"scheduler.policy": "action_level", **SGLANG_CACHE, **NO_MOVES}),
     "+priority": Preset({"scheduler.policy": "venus", **SGLANG_CACHE, **NO_MOVES, **NO_LIVE_SET}),
     "+kv_residency": Preset({"scheduler.policy": "venus", **NO_MOVES, **NO_LIVE_SET}),
-    "+migration": Preset(NO_LIVE_SET),
-    "+live_set": Preset({}),
+    "+migration": Preset({**NO_LIVE_SET, **NO_DECODE_BALANCE}),
+    "+live_set": Preset(NO_DECODE_BALANCE),
+    "+decode_balance": Preset({}),
 }
 
 

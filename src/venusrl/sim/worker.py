@@ -111,6 +111,7 @@ class SimWorker:
         # the live set counts in the simulator's units: the pool's, and the configured buffer scaled
         self.core = RolloutCore(self.coordinator, len(self.engines), self.slots_per_engine, self.system.slot_mode,
                                 demotion_aware=self.system.demotion, orchestration=self.system.orchestration,
+                                decode_balance=self.system.config.rollout.decode_balance,
                                 live_set=scheduler.live_set_rule, acting_decay=scheduler.acting_token_decay,
                                 thrash_fraction=scheduler.live_set_thrash_fraction,
                                 kv_capacity_tokens=self.engines[0].scheduler.allocator.capacity_tokens,
