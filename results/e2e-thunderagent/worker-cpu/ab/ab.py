@@ -1,9 +1,10 @@
 """Default cell (or overrides), chosen modes only, N repeats; prints each round's wall and CPU.
-argv: repeats out.json mode[,mode...] [key=value overrides of the case]
+argv: repeats out.json mode[,mode...] [key=value overrides of the case]; QUICKCASE=1 in the
+environment starts from the quick case instead of the full one (the long-tail cell).
 Mode venus_nopreempt: venus whose urgent turns wait first in line instead of preempting.
 The rollout process's CPU by thread is the bench's own figure (`cpu_s.rollout_threads`) now;
 the runs here read the same /proc/self/task counters from this script."""
-import json, sys
+import json, os, sys
 import venusrl.bench.rollout as R
 from venusrl.rollout.slots import SlotScheduler
 modes = sys.argv[3].split(",")
@@ -28,7 +29,7 @@ async def wrapped(model_dir, case, mode, *a, **k):
           f"engines={[round(x,2) for x in f['cpu_s']['engines']]} preempt={f['preemptions']} sampled={f['tokens']['sampled']}", flush=True)
     return r
 R._round = wrapped
-res = R.run_case(False, repeats=int(sys.argv[1]), trainer_factors=(0.5,), **overrides)
+res = R.run_case(bool(os.environ.get("QUICKCASE")), repeats=int(sys.argv[1]), trainer_factors=(0.5,), **overrides)
 json.dump(res, open(sys.argv[2], "w"), indent=1)
 for k, v in res.items():
     if "end_to_end_speedup" in k and ("per_repeat" in k or k.endswith("action_level")):
