@@ -16,13 +16,12 @@ from dataclasses import replace
 from pathlib import Path
 
 from venusrl.cli.simulate import _run
-from venusrl.sim.scenarios import MODELS, QUICK, _spec
-from venusrl.sim.workload import WorkloadConfig
+from venusrl.sim.scenarios import MODELS, fig10_cell
 
 
 def main(model: str, batch: int, seed: int, system: str, out: Path) -> None:
     tp = dict(MODELS)[model]
-    spec = _spec(system, QUICK, WorkloadConfig(), model=model, tp=tp, batch_groups=batch, async_factor=1.5)
+    spec = fig10_cell(system, model, batch)
     in_flight = math.ceil(1.5 * batch) * spec.workload.group_size
     engines = 1 << math.ceil(math.log2(in_flight))  # a power of two >= the trajectories in flight
     spec = replace(spec, seed=seed, generation_gpus=engines * tp)

@@ -9,6 +9,7 @@ from venusrl.engine.step_log import StepSample
 from venusrl.sim.cost_model import (
     EXTRA_TERMS,
     H100,
+    ITERATION_TERMS,
     QWEN3_4B,
     QWEN3_32B,
     CostModel,
@@ -80,6 +81,26 @@ def test_each_extra_term_adds_its_hand_computed_seconds():
     assert linear.iteration_seconds(4, 2, [], 5, chunks=[(3, 2)], loads=1) == pytest.approx(1.0 + 0.8 + 0.2)
     with pytest.raises(ValueError, match="unknown cost terms"):
         without_terms(cost, ["quadratic"])
+
+
+@settings(max_examples=100, deadline=None)
+@given(quantum=st.integers(1, 64), prefill=st.integers(0, 500), contexts=st.lists(st.integers(0, 4000), max_size=8),
+       reload=st.integers(0, 300), loads=st.integers(0, 4), chunk=st.tuples(st.integers(0, 4000), st.integers(1, 500)),
+       model=st.sampled_from([("qwen3-4b", 1), ("qwen3-32b", 2)]))
+def test_an_iterations_terms_are_non_negative_and_sum_to_its_seconds(quantum, prefill, contexts, reload, loads, chunk,
+                                                                     model):
+    """The simulator reports busy time by term (`EngineTotals.term_s`) and prices iterations
+    by their sum: the two must be one figure, to the last bit, whatever the batch."""
+    cost = preset(*model)
+    chunks = [chunk] if prefill else []
+    terms = cost.iteration_terms(quantum, prefill, contexts, reload, chunks, loads)
+    assert len(terms) == len(ITERATION_TERMS)
+    assert all(term >= 0 for term in terms)
+    assert sum(terms) == cost.iteration_seconds(quantum, prefill, contexts, reload, chunks, loads)
+    named = dict(zip(ITERATION_TERMS, terms, strict=True))
+    assert named["fixed"] == (quantum if contexts else 1) * cost.fixed_s
+    assert (named["kv_read"] > 0) == bool(contexts)
+    assert (named["reload_latency"] > 0) == bool(loads)
 
 
 @settings(max_examples=100, deadline=None)

@@ -48,6 +48,30 @@ def test_the_same_seed_gives_the_same_run():
     assert first.engine == second.engine
 
 
+def test_the_engines_busy_time_is_told_by_term_and_each_step_by_the_groups_it_trained():
+    """The breakdown sums to the busy time; the trainer takes groups in the order they got
+    ready, B a step, so step k ends after its k*B-th group was ready; each group is ready
+    once, after it was admitted."""
+    spec = small_spec("venus")
+    result = run.simulate(spec)
+    engine, batch = result.engine, spec.config.coordinator.batch_groups
+    busy_s = engine["busy_fraction"] * result.sim_seconds * engine["engines"]
+    assert sum(engine["busy_s_by_term"].values()) == pytest.approx(busy_s, rel=1e-3)
+    assert engine["busy_s_by_term"]["fixed"] > 0 and engine["busy_s_by_term"]["kv_read"] > 0
+    # each engine stalls for each weight version it takes up (the last may end the run first)
+    assert 0 < engine["busy_s_by_term"]["weight_sync"] <= spec.weight_sync_s * engine["engines"] * result.steps + 1e-9
+    ready = result.groups_ready
+    assert len(ready) == result.coordinator["ready"] >= batch * result.steps
+    assert len({group for group, _, _ in ready}) == len(ready)  # each group once
+    assert all(admitted <= at for _, admitted, at in ready)
+    assert [at for _, _, at in ready] == sorted(at for _, _, at in ready)
+    assert result.time_to_first_batch_s == ready[batch - 1][2]
+    for k, step_at in enumerate(result.step_times):
+        assert ready[(k + 1) * batch - 1][2] < step_at
+    group, admitted, at = ready[0]
+    assert result.to_dict()["groups_ready"][0] == [group, round(admitted, 3), round(at, 3)]
+
+
 def test_a_prompt_prefix_every_prompt_shares_is_computed_once_per_engine():
     """Without moves between engines (+kv_residency: venus less orchestration), whose
     recompute on the target would blur the count."""

@@ -1,15 +1,12 @@
 """PYTHONPATH=src python multi.py TAG PRESET SEEDS MODEL BATCH [key=value ...]  (env passes through) -> runs.jsonl beside this script"""
 import sys, json, os, yaml
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
 from venusrl.sim.run import simulate
-from venusrl.sim.scenarios import MODELS, QUICK, _spec, paper_cluster
-from venusrl.sim.workload import WorkloadConfig
+from venusrl.sim.scenarios import fig10_cell
 tag, preset, seeds, model, batch = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
-tp = dict(MODELS)[model]
 extra = {a.split('=',1)[0]: yaml.safe_load(a.split('=',1)[1]) for a in sys.argv[6:]}
 def one(seed):
-    spec = replace(_spec(preset, QUICK, WorkloadConfig(), model=model, tp=tp, batch_groups=batch, async_factor=1.5, cluster={**paper_cluster(model, tp), **extra}), seed=seed)
+    spec = fig10_cell(preset, model, batch, settings=extra, seed=seed)
     r = simulate(spec).to_dict()
     return {"tag": tag, "preset": preset, "model": model, "batch": batch, "seed": seed, "t": r["sim_seconds"], "steps": r["step_times"], "busy": r["engine"]["busy_fraction"], "mig": r["worker"]["migrations"], "wall": r["wall_s"]}
 if __name__ == "__main__":

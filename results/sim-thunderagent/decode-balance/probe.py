@@ -1,17 +1,13 @@
 """Sample each engine's state every DT simulated seconds in one quick cell.
    PYTHONPATH=src python results/sim-thunderagent/decode-balance/probe.py MODEL BATCH SEED PRESET OUT.json [key=value ...]"""
 import json, sys, time, collections
-from dataclasses import replace
 import yaml
 from venusrl.sim import worker as W
 from venusrl.sim.run import simulate
-from venusrl.sim.scenarios import MODELS, QUICK, _spec, paper_cluster
-from venusrl.sim.workload import WorkloadConfig
+from venusrl.sim.scenarios import fig10_cell
 model, batch, seed, preset, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-tp = dict(MODELS)[model]
 extra = {a.split('=',1)[0]: yaml.safe_load(a.split('=',1)[1]) for a in sys.argv[6:]}
-spec = _spec(preset, QUICK, WorkloadConfig(), model=model, tp=tp, batch_groups=batch, async_factor=1.5, cluster={**paper_cluster(model, tp), **extra})
-spec = replace(spec, seed=seed)
+spec = fig10_cell(preset, model, batch, settings=extra, seed=seed)
 DT = 2.0
 samples = []
 orig_start = W.SimWorker.start

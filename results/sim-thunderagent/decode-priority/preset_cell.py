@@ -1,16 +1,12 @@
 """One preset in one Fig. 10 quick cell at coarsening 1, one seed, appended to OUT (JSONL).
     PYTHONPATH=src python results/sim-thunderagent/decode-priority/preset_cell.py MODEL BATCH SEED PRESET OUT.jsonl [key=value ...]"""
 import json, sys, time
-from dataclasses import replace
 from venusrl.cli.simulate import _run
 import yaml
-from venusrl.sim.scenarios import MODELS, QUICK, _spec, paper_cluster
-from venusrl.sim.workload import WorkloadConfig
+from venusrl.sim.scenarios import fig10_cell
 model, batch, seed, preset, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], sys.argv[5]
-tp = dict(MODELS)[model]
 extra = {a.split('=',1)[0]: yaml.safe_load(a.split('=',1)[1]) for a in sys.argv[6:]}
-spec = _spec(preset, QUICK, WorkloadConfig(), model=model, tp=tp, batch_groups=batch, async_factor=1.5, cluster={**paper_cluster(model, tp), **extra})
-spec = replace(spec, seed=seed)
+spec = fig10_cell(preset, model, batch, settings=extra, seed=seed)
 t = time.time()
 r = _run(spec)
 keep = {k: v for k, v in r.items() if not isinstance(v, (list, dict)) or k in ("step_times", "steps")}

@@ -90,6 +90,12 @@ QWEN3_32B = ModelSpec("Qwen3-32B", params=32.8e9, layers=64, kv_heads=8, head_di
 MODELS = {"qwen3-4b": QWEN3_4B, "qwen3-32b": QWEN3_32B}
 
 
+# The terms of an iteration's time, in the order `CostModel.iteration_terms` gives them: the
+# weight read and launch of each step, the matmuls of the tokens computed, decode's KV read,
+# prefill's attention pairs and prefix read, the host tier's copies and their latency.
+ITERATION_TERMS = ("fixed", "compute", "kv_read", "prefill_attention", "prefix_read", "reload", "reload_latency")
+
+
 @dataclass(slots=True, frozen=True)
 class CostModel:
     fixed_s: float  # per forward step
@@ -119,19 +125,27 @@ class CostModel:
         """One simulated iteration: `prefill_units` computed, in `chunks` of (start position,
         length) in units; one unit generated for each decode sequence (context lengths in
         units at the start of the iteration); `reload_units` loaded from the host tier (not
-        computed) in `loads` copies."""
+        computed) in `loads` copies. The sum of `iteration_terms`."""
+        return sum(self.iteration_terms(quantum, prefill_units, decode_contexts, reload_units, chunks, loads))
+
+    def iteration_terms(
+        self, quantum: int, prefill_units: int, decode_contexts: list[int], reload_units: int,
+        chunks: Sequence[tuple[int, int]] = (), loads: int = 0,
+    ) -> tuple[float, float, float, float, float, float, float]:
+        """`iteration_seconds` term by term, named as ITERATION_TERMS (summed left to right,
+        they give the iteration's seconds to the last bit, as the expression they replace)."""
         q = quantum
         decode = len(decode_contexts)
         steps = q if decode else 1
         kv_read = (sum(decode_contexts) * q + decode * q / 2) * q  # context grows during the q steps
         return (
-            steps * self.fixed_s
-            + self.token_s * (prefill_units * q + decode * q)
-            + self.kv_token_s * kv_read
-            + self.attention_pair_s * sum(attention_pairs(start * q, length * q) for start, length in chunks)
-            + self.prefix_read_token_s * sum(start * q for start, _ in chunks)
-            + self.reload_token_s * reload_units * q
-            + self.reload_latency_s * loads
+            steps * self.fixed_s,
+            self.token_s * (prefill_units * q + decode * q),
+            self.kv_token_s * kv_read,
+            self.attention_pair_s * sum(attention_pairs(start * q, length * q) for start, length in chunks),
+            self.prefix_read_token_s * sum(start * q for start, _ in chunks),
+            self.reload_token_s * reload_units * q,
+            self.reload_latency_s * loads,
         )
 
     def handover_seconds(self, quantum: int, sampled: int) -> float:

@@ -28,7 +28,7 @@ from venusrl.engine.config import EngineConfig
 from venusrl.engine.request import PartialOutput
 from venusrl.engine.scheduler import Scheduler
 from venusrl.engine.step_log import batch_shape, computes_prefill
-from venusrl.sim.cost_model import CostModel
+from venusrl.sim.cost_model import ITERATION_TERMS, CostModel
 from venusrl.sim.events import EventLoop
 from venusrl.types import Priority, SamplingParams
 
@@ -37,8 +37,12 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class EngineTotals:
+    """busy_s = weight_sync_s + the sum of term_s (the cost model's ITERATION_TERMS)."""
+
     iterations: int = 0
     busy_s: float = 0.0
+    weight_sync_s: float = 0.0
+    term_s: list[float] = field(default_factory=lambda: [0.0] * len(ITERATION_TERMS))
     prefill_units: int = 0
     reload_units: int = 0
     decode_units: int = 0
@@ -158,10 +162,12 @@ class SimEngine:
             self._running = False
             if stall:
                 self.totals.busy_s += stall
+                self.totals.weight_sync_s += stall
             return
         seconds = stall + self._seconds(batch)
         self.totals.iterations += 1
         self.totals.busy_s += seconds
+        self.totals.weight_sync_s += stall
         handover = self.cost.handover_seconds(self.quantum, sum(item.sample for item in batch.items))
         self.loop.after(seconds, lambda: self._complete(batch, handover))
 
@@ -192,7 +198,9 @@ class SimEngine:
         self.totals.prefill_units += prefill
         self.totals.reload_units += sum(loads)
         self.totals.decode_units += len(contexts)
-        return self.cost.iteration_seconds(self.quantum, prefill, contexts, sum(loads), chunks, len(loads))
+        terms = self.cost.iteration_terms(self.quantum, prefill, contexts, sum(loads), chunks, len(loads))
+        self.totals.term_s = [total + term for total, term in zip(self.totals.term_s, terms, strict=True)]
+        return sum(terms)
 
     def _complete(self, batch: Batch, handover_s: float) -> None:
         """The step's outputs go out as it ends; the next iteration starts once they are

@@ -13,7 +13,7 @@ from venusrl.config import Config
 from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.coordinator.policies import make_rule
 from venusrl.engine.radix_cache import Tier
-from venusrl.sim.cost_model import MODELS, CostModel, preset
+from venusrl.sim.cost_model import ITERATION_TERMS, MODELS, CostModel, preset
 from venusrl.sim.engine import SimEngine
 from venusrl.sim.events import EventLoop
 from venusrl.sim.predictor import NoisyLengthPredictor, log_spread
@@ -83,6 +83,10 @@ class SimResult:
     step_times: list[float]
     throughput_tokens_per_s: float
     time_to_first_batch_s: float | None
+    # (group id, admitted at, ready at) of each group handed to the trainer, in the order it
+    # takes them (B a step): a step ends after its last group's gradients and the optimizer
+    # step. Every system admits the dataset in one order, so a group id is one prompt in all.
+    groups_ready: list[tuple[int, float, float]]
     wall_s: float
     events: int
     engine: dict[str, Any]
@@ -101,6 +105,7 @@ class SimResult:
             "time_to_first_batch_s": None if self.time_to_first_batch_s is None else round(self.time_to_first_batch_s, 3),
             "wall_s": round(self.wall_s, 2), "events": self.events, "events_per_s": round(self.events_per_s),
             "engine": self.engine, "worker": self.worker, "coordinator": self.coordinator,
+            "groups_ready": [[group, round(admitted, 3), round(ready, 3)] for group, admitted, ready in self.groups_ready],
         }  # fmt: skip
 
 
@@ -149,7 +154,7 @@ def simulate(spec: SimSpec, progress: Callable[[float, int], None] | None = None
 
     rule = make_rule(config.policy, true_remaining=true_remaining) if config.policy == "oracle" else None
     coordinator = DataCoordinator(config, prompts(), rule=rule)
-    first_batch: list[float] = []
+    groups_ready: list[tuple[int, float, float]] = []
 
     def on_step(version: int) -> None:
         log.info("weight version %d at %.1fs simulated", version, loop.now)
@@ -162,8 +167,7 @@ def simulate(spec: SimSpec, progress: Callable[[float, int], None] | None = None
     trainer = SimTrainer(loop, spec.trainer or trainer_preset(spec.model, spec.train_gpus), config.batch_groups, on_step)
 
     def on_ready(group: Group) -> None:
-        if coordinator.counts.ready == config.batch_groups and not first_batch:
-            first_batch.append(loop.now)
+        groups_ready.append((group.id, group.admitted_at, loop.now))
         trainer.add_group(q * sum(len(t.token_ids) for t in group.trajectories))
 
     group_prompts: dict[int, list[int]] = {}
@@ -204,12 +208,13 @@ def simulate(spec: SimSpec, progress: Callable[[float, int], None] | None = None
             progress(loop.now, loop.processed)
         if loop.processed == before:
             break
-    return _result(spec, loop, engines, worker, coordinator, trainer, first_batch, time.perf_counter() - started)
+    return _result(spec, loop, engines, worker, coordinator, trainer, groups_ready, time.perf_counter() - started)
 
 
 def _result(spec: SimSpec, loop: EventLoop, engines: list[SimEngine], worker: SimWorker,
-            coordinator: DataCoordinator, trainer: SimTrainer, first_batch: list[float], wall_s: float) -> SimResult:
+            coordinator: DataCoordinator, trainer: SimTrainer, groups_ready: list[tuple[int, float, float]], wall_s: float) -> SimResult:
     q = spec.quantum
+    batch = coordinator.config.batch_groups
     steps = trainer.step_times
     k = spec.measure_from
     if len(steps) > k:
@@ -224,6 +229,11 @@ def _result(spec: SimSpec, loop: EventLoop, engines: list[SimEngine], worker: Si
     engine = {
         "engines": len(engines),
         "busy_fraction": round(sum(e.totals.busy_s for e in engines) / max(1e-9, loop.now * len(engines)), 4),
+        # where the engines' busy time went, summed over engines: the cost model's terms and
+        # the stalls of weight updates
+        "busy_s_by_term": {name: round(sum(e.totals.term_s[i] for e in engines), 1)
+                           for i, name in enumerate(ITERATION_TERMS)}
+                          | {"weight_sync": round(sum(e.totals.weight_sync_s for e in engines), 1)},
         "hit_rate": round(sum(c.cached_tokens for c in counters) / prompt, 4) if prompt else 0.0,
         "recomputed_tokens": q * sum(c.recomputed_tokens for c in counters),
         "reloaded_tokens": q * reloaded,
@@ -240,7 +250,7 @@ def _result(spec: SimSpec, loop: EventLoop, engines: list[SimEngine], worker: Si
     worker_counts = asdict(worker.counts)
     return SimResult(
         name=spec.system.name, sim_seconds=loop.now, steps=trainer.version, step_times=list(steps),
-        throughput_tokens_per_s=throughput, time_to_first_batch_s=first_batch[0] if first_batch else None,
-        wall_s=wall_s, events=loop.processed, engine=engine, worker=worker_counts,
-        coordinator=asdict(coordinator.counts),
+        throughput_tokens_per_s=throughput, wall_s=wall_s, events=loop.processed, engine=engine, worker=worker_counts,
+        time_to_first_batch_s=groups_ready[batch - 1][2] if len(groups_ready) >= batch else None,
+        coordinator=asdict(coordinator.counts), groups_ready=groups_ready,
     )  # fmt: skip

@@ -115,20 +115,32 @@ def _spec(name: str, fidelity: Fidelity, workload: WorkloadConfig, policy: str |
                    quantum=fidelity.quantum, steps=fidelity.steps, **fields)
 
 
+def fig10_cell(name: str, model: str, batch: int, *, async_factor: float = 1.5, quick: bool = True,
+               workload: WorkloadConfig | None = None, policy: str | None = None,
+               settings: dict[str, object] | None = None, **fields) -> SimSpec:
+    """System `name` in one cell of Fig. 10, as `venusrl simulate --scenario paper-fig10`
+    runs it (`quick`: its --quick fidelity); `settings`: training-config keys (dotted) over the
+    paper's cluster; `fields`: SimSpec's own (seed, generation_gpus, ...). The table and the
+    scripts that study one of its cells build the cell here."""
+    tp = dict(MODELS)[model]
+    cluster = {**paper_cluster(model, tp), **(settings or {})}
+    return _spec(name, QUICK if quick else FULL, workload or WorkloadConfig(), policy, model=model, tp=tp,
+                 batch_groups=batch, async_factor=async_factor, cluster=cluster, **fields)
+
+
 def fig10(quick: bool, workload: WorkloadConfig, extra_policy: str | None = None) -> Iterator[Case]:
     """Batch 16/32/64 x async_factor 1.0/1.5/2.0 x 4B/32B on 16 generation GPUs (quick: batch
     16 and 64 at async_factor 1.5)."""
-    fidelity = QUICK if quick else FULL
     batches, factors = ((16, 64), (1.5,)) if quick else ((16, 32, 64), (1.0, 1.5, 2.0))
-    for model, tp in MODELS:
+    for model, _ in MODELS:
         for factor in factors:
             for batch in batches:
-                fields = {"model": model, "tp": tp, "batch_groups": batch, "async_factor": factor}
-                specs = [_spec(s, fidelity, workload, **fields) for s in FIG10_SYSTEMS]
+                cell = {"model": model, "batch": batch, "async_factor": factor, "quick": quick, "workload": workload}
+                specs = [fig10_cell(s, **cell) for s in FIG10_SYSTEMS]
                 if extra_policy:
-                    specs.append(_spec("venus", fidelity, workload, extra_policy, **fields))
+                    specs.append(fig10_cell("venus", **cell, policy=extra_policy))
                 yield Case({"model": model, "batch": batch, "async_factor": factor,
-                            "coarsening": fidelity.coarsen}, tuple(specs))
+                            "coarsening": (QUICK if quick else FULL).coarsen}, tuple(specs))
 
 
 def table1(quick: bool, workload: WorkloadConfig, extra_policy: str | None = None) -> Iterator[Case]:
