@@ -121,6 +121,12 @@ def test_low_request_cannot_evict_a_high_trajectory_while_other_work_runs():
     batch, _ = step(s, runner)
     assert [i.request_id for i in batch.items] == ["busy"]  # l fits only by evicting high_ref
     assert s.stats().kv_tokens["high_ref"] == 5
+    # each iteration whose admission stopped at l is a memory stall at LOW, until l runs alone
+    # and may evict (work conservation)
+    assert s.stats().memory_stalls == {"promoted": 0, "high": 0, "low": 1}
+    ran = [[i.request_id for i in step(s, runner)[0].items] for _ in range(4)]
+    stalls = 1 + next(k for k, ids in enumerate(ran) if "l" in ids)
+    assert stalls > 1 and s.stats().memory_stalls == {"promoted": 0, "high": 0, "low": stalls}
 
 
 def test_low_request_that_is_the_only_work_evicts_high_kv_instead_of_idling():

@@ -58,6 +58,7 @@ def test_the_engines_busy_time_is_told_by_term_and_each_step_by_the_groups_it_tr
     busy_s = engine["busy_fraction"] * result.sim_seconds * engine["engines"]
     assert sum(engine["busy_s_by_term"].values()) == pytest.approx(busy_s, rel=1e-3)
     assert engine["busy_s_by_term"]["fixed"] > 0 and engine["busy_s_by_term"]["kv_read"] > 0
+    assert set(engine["memory_stalls"]) == {"promoted", "high", "low"}
     # each engine stalls for each weight version it takes up (the last may end the run first)
     assert 0 < engine["busy_s_by_term"]["weight_sync"] <= spec.weight_sync_s * engine["engines"] * result.steps + 1e-9
     ready = result.groups_ready

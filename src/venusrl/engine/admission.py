@@ -10,7 +10,8 @@ Two passes over one `Step`, in this order:
    partition of the queue, not a sort), while the prefill token budget, the running bound
    and memory allow. A HIGH request that finds no slot or memory preempts running LOW
    requests; the first request that still does not fit stops admission (no overtaking, so a
-   large request is not starved by small ones behind it).
+   large request is not starved by small ones behind it), counted as a memory stall at its
+   priority.
 
 Work conservation (`EngineConfig.work_conservation`, on unless the caller guarantees progress):
 a request that is the iteration's only work may evict every unlocked tier (`Step.eviction_tier`),
@@ -141,6 +142,7 @@ def admit_waiting(step: Step, budget: int) -> None:
         while admitted is None and urgent and preempt_low(step):
             admitted = admit(step, request, budget)
         if admitted is None:
+            step.counters.memory_stalls_by_priority[request.priority] += 1
             return
         budget -= admitted
         step.schedule(request, admitted)

@@ -59,6 +59,7 @@ def engine_stats(counters: Counters, kv: KVBook, queue: RequestQueue, high_press
         demoted_trajectories=sum(t.demoted for t in trajectories.values()),
         live_trajectories=sum(isinstance(key, str) for key in trajectories),
         running=len(queue.running), waiting=len(queue.waiting),
+        memory_stalls={p.name.lower(): n for p, n in zip(Priority, c.memory_stalls_by_priority, strict=True)},
     )  # fmt: skip
 
 

@@ -21,6 +21,9 @@ class Counters:
     # by the trajectory's declared priority (PROMOTED, HIGH, LOW): the critical path's hit rate
     prompt_tokens_by_priority: list[int] = field(default_factory=lambda: [0, 0, 0])
     cached_tokens_by_priority: list[int] = field(default_factory=lambda: [0, 0, 0])
+    # iterations whose admission stopped at a waiting request the KV it may evict could not
+    # hold, by that request's priority: how often the pool, not the batch bound, limits the batch
+    memory_stalls_by_priority: list[int] = field(default_factory=lambda: [0, 0, 0])
 
 
 @dataclass(slots=True, frozen=True)
@@ -47,6 +50,9 @@ class EngineStats:
     running: int = 0
     waiting: int = 0
     weight_version: int = 0  # set by the engine (the scheduler does not know weights)
+    # per priority (promoted / high / low): iterations whose admission stopped for memory
+    # (`Counters.memory_stalls_by_priority`); vLLM's scheduler does not say, so empty there
+    memory_stalls: dict[str, int] = field(default_factory=dict)
     # set by the engine from its loop (`StepLog.record_wait`): seconds waited with no request,
     # and with requests it could not admit
     idle_no_request_s: float = 0.0

@@ -21,7 +21,7 @@ from venusrl.sim.systems import SystemSpec
 from venusrl.sim.trainer import SimTrainer, TrainerCost, trainer_preset
 from venusrl.sim.worker import SimWorker
 from venusrl.sim.workload import Workload, WorkloadConfig
-from venusrl.types import Group, Prompt, Trajectory
+from venusrl.types import Group, Priority, Prompt, Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +243,8 @@ def _result(spec: SimSpec, loop: EventLoop, engines: list[SimEngine], worker: Si
         "prefill_tokens": q * sum(e.totals.prefill_units for e in engines),
         "decode_tokens": q * sum(e.totals.decode_units for e in engines),
         "retractions": sum(c.retractions for c in counters),
+        # iterations whose admission stopped for memory, by the priority of the request it stopped at
+        "memory_stalls": {p.name.lower(): sum(c.memory_stalls_by_priority[p] for c in counters) for p in Priority},
         "engine_preemptions": sum(c.preemptions for c in counters),
         "demotions": sum(c.demotions for c in counters),
         "iterations": sum(e.totals.iterations for e in engines),
