@@ -1,6 +1,9 @@
+from dataclasses import replace
+
 import pytest
 from tests.engine.scheduler_fakes import FakeRunner, make_scheduler, run_to_completion, step
 
+from venusrl.engine.stats import summed_memory_stalls
 from venusrl.types import Priority, SamplingParams
 
 
@@ -329,3 +332,16 @@ def test_request_without_priority_keeps_its_trajectorys():
         Priority.PROMOTED,
         Priority.LOW,
     ]
+
+
+def test_memory_stalls_sum_over_engines_by_priority():
+    """vLLM's stats have none (empty): they add nothing rather than zeros under other keys."""
+    a, b, runner = make_scheduler(kv_capacity_tokens=4), make_scheduler(kv_capacity_tokens=4), FakeRunner()
+    for s in (a, b):
+        s.add_request("busy", [1, 2], params(2), priority=Priority.LOW)
+        step(s, runner)
+        s.add_request("big", [3, 4, 5], params(1), priority=Priority.LOW)  # 2 + 1 running, 3 more: no room
+        step(s, runner)
+    vllm_like = replace(a.stats(), memory_stalls={})
+    assert summed_memory_stalls([a.stats(), b.stats(), vllm_like]) == {"promoted": 0, "high": 0, "low": 2}
+    assert summed_memory_stalls([]) == {}

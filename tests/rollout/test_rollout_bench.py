@@ -81,6 +81,7 @@ def test_a_round_steps_the_weights_with_the_trainer_in_the_loop_and_discards_pas
     assert figures["max_version_span"] == 0 and figures["max_in_flight"] <= figures["window"]
     assert all(b - a >= trainer_s * (1 - case.gradient_fraction) for a, b in zip(done, done[1:], strict=False))
     assert figures["discarded_trajectories"] > 0 and figures["tokens"]["discarded"] > 0
+    assert set(figures["memory_stalls"]) == {"promoted", "high", "low"}  # summed over engines
 
 
 def test_a_round_records_its_turns_as_a_trace_the_simulator_replays(tmp_path):

@@ -77,6 +77,7 @@ from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
 from venusrl.engine.remote.process import EngineSpec
 from venusrl.engine.remote.remote import spawn_engines
+from venusrl.engine.stats import summed_memory_stalls
 from venusrl.engine.step_log import WAITS, StepSample
 from venusrl.engine.vllm.connector import scoped_environ
 from venusrl.model.chat import load_tokenizer
@@ -377,6 +378,8 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         # the holds released for room (low_ref, high_ref; vLLM does not count its LRU evictions
         # of unused blocks), and no drops (its cache is cleared whole: None)
         "evicted_tokens": {tier: sum(s.evicted_tokens[tier] for s in stats) for tier in stats[0].evicted_tokens},
+        # iterations whose admission stopped for memory, by the priority it stopped at (not on vLLM: {})
+        "memory_stalls": summed_memory_stalls(stats),
         "dropped_at_weight_update_tokens": None if case.engine_backend == "vllm" else
         sum(s.dropped_at_weight_update_tokens for s in stats),
         "engine_s": case.engines * step_done[-1],

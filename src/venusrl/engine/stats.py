@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -61,3 +62,12 @@ class EngineStats:
 
     def to_dict(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+def summed_memory_stalls(stats: Iterable[EngineStats]) -> dict[str, int]:
+    """Memory stalls by priority summed over engines (empty where none counts them: vLLM)."""
+    total: dict[str, int] = {}
+    for one in stats:
+        for priority, stalls in one.memory_stalls.items():
+            total[priority] = total.get(priority, 0) + stalls
+    return total

@@ -21,6 +21,7 @@ from venusrl.coordinator.predictors import BackgroundPredictor, make_predictor
 from venusrl.coordinator.snapshot import CoordinatorSnapshot
 from venusrl.engine.async_engine import EngineStopped
 from venusrl.engine.placement import open_engines
+from venusrl.engine.stats import summed_memory_stalls
 from venusrl.env.registry import environment_factory
 from venusrl.model.chat import load_tokenizer
 from venusrl.model.checkpoint import resolve_dtype
@@ -193,6 +194,8 @@ class RolloutService:
                  "live_trajectories": self.worker.live_trajectories,
                  "engine_live_trajectories": sum(s.live_trajectories for s in engine_stats),
                  "engine_restarts": sum(h.restarts for h in health), **self.failover.stats(),
+                 # iterations whose admission stopped for memory, by the priority it stopped at
+                 "engine_memory_stalls": summed_memory_stalls(engine_stats),
                  # per live engine (a replacement's count starts at 0): the load each took
                  "engine_prompt_tokens": prompts_by_engine}
         if self.cluster is not None:
