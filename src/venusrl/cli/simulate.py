@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.progress import Progress
 
 from venusrl.bench.report import emit
@@ -20,17 +20,20 @@ from venusrl.sim.run import simulate as run_spec
 from venusrl.sim.scenarios import PAPER_FIG10, PAPER_TABLE1, SCENARIOS
 from venusrl.sim.workload import WorkloadConfig, load_workload
 
-log = logging.getLogger(__name__)
 REFERENCES = {"paper-fig10": "venus", "paper-table1": "baseline", "scale": "venus", "sensitivity": "venus",
               "coarsening": "venus"}
 INVERTED = ("paper-fig10", "sensitivity", "coarsening")  # tables of venus's speedup over each other system
 
 
 def _run(spec: SimSpec) -> dict[str, Any]:
-    result = run_spec(spec).to_dict() | {"seed": spec.seed}
-    log.info("%s: %.0f tokens/s over %d steps, %.1fs simulated in %.1fs", spec.system.name,
-             result["throughput_tokens_per_s"], result["steps"], result["sim_seconds"], result["wall_s"])
-    return result
+    return run_spec(spec).to_dict() | {"seed": spec.seed}
+
+
+def _finished_line(done: int, total: int, label: dict[str, object], result: dict[str, Any]) -> str:
+    """One line per finished run, so a run under nohup or CI (no live bar) shows its progress."""
+    cell = " ".join(f"{key}={value}" for key, value in label.items())
+    return (f"{done}/{total} {result['name']} {cell} seed={result['seed']}: {result['sim_seconds']:,.0f} s "
+            f"simulated to step {result['steps']} in {result['wall_s']:.1f} s ({result['events_per_s']:,} events/s)")
 
 
 def run_scenario(name: str, quick: bool, workload: WorkloadConfig, extra_policy: str | None = None,
@@ -44,25 +47,30 @@ def run_scenario(name: str, quick: bool, workload: WorkloadConfig, extra_policy:
     cases = [replace(case, specs=tuple(replace(spec, seed=seed) for seed in range(seeds) for spec in case.specs))
              for case in SCENARIOS[name](quick, workload, extra_policy)]
     specs = [spec for case in cases for spec in case.specs]
-    with Progress() as progress:
+    labels = [case.label for case in cases for _ in case.specs]
+    results: list[dict[str, Any]] = [{} for _ in specs]
+    # stderr: stdout carries the JSON
+    with Progress(console=Console(stderr=True)) as progress:
         task = progress.add_task(f"simulate {name}", total=len(specs))
+
+        def finished(index: int, result: dict[str, Any]) -> None:
+            results[index] = result
+            progress.advance(task)
+            done = int(progress.tasks[0].completed)
+            progress.console.print(_finished_line(done, len(specs), labels[index], result), highlight=False)
+
         if jobs > 1:
             with ProcessPoolExecutor(jobs) as pool:
-                futures = [pool.submit(_run, spec) for spec in specs]
-                results = []
-                for future in futures:
-                    results.append(future.result())
-                    progress.advance(task)
+                futures = {pool.submit(_run, spec): index for index, spec in enumerate(specs)}
+                for future in as_completed(futures):
+                    finished(futures[future], future.result())
         elif name == "scale":  # one long run: show simulated time instead
             spec = specs[0]
             progress.update(task, total=spec.max_sim_seconds)
-            result = run_spec(spec, lambda now, _events: progress.update(task, completed=now)).to_dict()
-            results = [result]
+            results = [run_spec(spec, lambda now, _events: progress.update(task, completed=now)).to_dict()]
         else:
-            results = []
-            for spec in specs:
-                results.append(_run(spec))
-                progress.advance(task)
+            for index, spec in enumerate(specs):
+                finished(index, _run(spec))
     out_cases, at = [], 0
     for case in cases:
         out_cases.append({"label": case.label, "runs": results[at : at + len(case.specs)]})
