@@ -84,6 +84,16 @@ def test_each_turn_ends_when_its_output_is_delivered(tmp_path):
     assert abs(_lone_trajectory(tmp_path, delivery_latency_s=0.03) - _lone_trajectory(tmp_path) - 0.06) < 1e-9
 
 
+def test_a_perturbation_delivers_each_output_up_to_a_millisecond_later_in_a_stream_of_its_own(tmp_path):
+    """Two turns, each delivered a draw of [0, 1 ms) later: the run ends 0-2 ms later, the
+    same for the same (seed, perturbation), another for another perturbation."""
+    unperturbed = _lone_trajectory(tmp_path)
+    delays = {k: _lone_trajectory(tmp_path, perturbation=k) - unperturbed for k in (1, 2)}
+    assert all(0 < delay < 2 * run.PERTURBATION_S for delay in delays.values()), delays
+    assert _lone_trajectory(tmp_path, perturbation=1) - unperturbed == delays[1]
+    assert delays[1] != delays[2]
+
+
 def test_a_turn_asks_for_its_slot_once_the_engine_told_its_demoted_set(monkeypatch):
     """Venus on one slot an engine: a turn that finds its slot taken asks its engine which
     trajectories are demoted and asks for the slot when the answer is back, 40 ms later."""

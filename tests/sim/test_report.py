@@ -38,3 +38,26 @@ def test_seeds_give_the_median_of_speedups_paired_within_each_seed():
     assert row["throughput"] == {"baseline": 200, "venus": 310}
     text = markdown([row], "baseline")
     assert text.startswith("Medians over 3 seeds") and "| 64 | 200 | 310 | 2.00x | 1.00x | - |" in text
+
+
+def test_perturbations_are_paired_within_their_seed_and_give_each_seed_their_median():
+    # seed 0: venus 2x, 4x, 3x the baseline's rate under perturbations 0-2; seed 1: 1x, 1x, 5x
+    runs = [{"name": name, "seed": seed, "perturbation": k, "throughput_tokens_per_s": 1.0,
+             "time_to_first_batch_s": 10.0, "step_times": [steps]}
+            for seed, speedups in enumerate([(2, 4, 3), (1, 1, 5)]) for k, speedup in enumerate(speedups)
+            for name, steps in (("baseline", 60.0 * speedup), ("venus", 60.0))]
+    (row,) = rows([{"label": {"batch": 16}, "runs": runs}], "venus", invert=True)
+    assert row["seeds"] == 2 and row["perturbations"] == 3
+    assert row["end_to_end_speedup_per_seed"]["baseline"] == [3.0, 1.0]  # each seed's median
+    assert row["end_to_end_speedup"]["baseline"] == 2.0  # the median of the seeds' medians
+    assert row["end_to_end_speedup_range"] == {"baseline": [1.0, 5.0], "venus": [1.0, 1.0]}
+    text = markdown([row], "venus", invert=True)
+    assert text.startswith("Medians over 2 seeds x 3 perturbations")
+    assert "| 2.00x (1.00-5.00) |" in text
+
+
+def test_one_perturbation_reads_as_before():
+    runs = [{**run, "perturbation": 0} for run in CASES[0]["runs"]]
+    (row,) = rows([{"label": {"batch": 32}, "runs": runs}], "baseline")
+    assert "perturbations" not in row and "end_to_end_speedup_range" not in row
+    assert row == rows(CASES, "baseline")[0]

@@ -33,3 +33,22 @@ def test_each_finished_run_prints_one_line_and_stdout_stays_json(monkeypatch, tm
         # results stay in the cases' order whatever order the runs finish in
         runs = out["cases"][0]["runs"]
         assert [(run["name"], run["seed"]) for run in runs] == [("venus", 0), ("slime", 0), ("venus", 1), ("slime", 1)]
+
+
+def test_perturbations_rerun_each_seed_in_another_order_of_simultaneous_events(monkeypatch, tmp_path):
+    monkeypatch.setitem(scenarios.SCENARIOS, "tiny", tiny)
+    monkeypatch.setitem(simulate_cli.REFERENCES, "tiny", "venus")
+    result = runner.invoke(app, ["simulate", "--scenario", "tiny", "--seeds", "2", "--perturbations", "3"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    runs = out["cases"][0]["runs"]
+    assert [(run["name"], run["seed"], run["perturbation"]) for run in runs] == [
+        (name, seed, k) for seed in (0, 1) for k in range(3) for name in ("venus", "slime")]
+    (row,) = out["table"]
+    assert row["seeds"] == 2 and row["perturbations"] == 3 and set(row["end_to_end_speedup_range"]) == {"venus", "slime"}
+    assert sum(" perturbation=2:" in line for line in result.stderr.splitlines()) == 4
+
+
+def test_scale_refuses_perturbations():
+    result = runner.invoke(app, ["simulate", "--scenario", "scale", "--quick", "--perturbations", "2"])
+    assert result.exit_code != 0 and "--perturbations" in result.output

@@ -26,25 +26,30 @@ INVERTED = ("paper-fig10", "sensitivity", "coarsening")  # tables of venus's spe
 
 
 def _run(spec: SimSpec) -> dict[str, Any]:
-    return run_spec(spec).to_dict() | {"seed": spec.seed}
+    return run_spec(spec).to_dict() | {"seed": spec.seed, "perturbation": spec.perturbation}
 
 
 def _finished_line(done: int, total: int, label: dict[str, object], result: dict[str, Any]) -> str:
     """One line per finished run, so a run under nohup or CI (no live bar) shows its progress."""
     cell = " ".join(f"{key}={value}" for key, value in label.items())
-    return (f"{done}/{total} {result['name']} {cell} seed={result['seed']}: {result['sim_seconds']:,.0f} s "
-            f"simulated to step {result['steps']} in {result['wall_s']:.1f} s ({result['events_per_s']:,} events/s)")
+    perturbation = f" perturbation={result['perturbation']}" if result.get("perturbation") else ""
+    return (f"{done}/{total} {result['name']} {cell} seed={result['seed']}{perturbation}: "
+            f"{result['sim_seconds']:,.0f} s simulated to step {result['steps']} in {result['wall_s']:.1f} s "
+            f"({result['events_per_s']:,} events/s)")
 
 
 def run_scenario(name: str, quick: bool, workload: WorkloadConfig, extra_policy: str | None = None,
-                 jobs: int = 1, seeds: int = 1) -> dict[str, Any]:
+                 jobs: int = 1, seeds: int = 1, perturbations: int = 1) -> dict[str, Any]:
     """Every case of the scenario under every system, each under seeds 0..seeds-1 (the
-    workload, the predictor's noise); the table gives medians of per-seed speedups."""
+    workload, the predictor's noise) and perturbations 0..perturbations-1 (the order of
+    near-simultaneous events, `SimSpec.perturbation`); the table gives medians of speedups
+    paired within each seed and perturbation."""
     if name not in SCENARIOS:
         raise typer.BadParameter(f"unknown scenario {name!r} (known: {', '.join(SCENARIOS)})")
-    if name == "scale" and seeds > 1:
-        raise typer.BadParameter("scale is one long run: --seeds must be 1")
-    cases = [replace(case, specs=tuple(replace(spec, seed=seed) for seed in range(seeds) for spec in case.specs))
+    if name == "scale" and seeds * perturbations > 1:
+        raise typer.BadParameter("scale is one long run: --seeds and --perturbations must be 1")
+    cases = [replace(case, specs=tuple(replace(spec, seed=seed, perturbation=k) for seed in range(seeds)
+                                       for k in range(perturbations) for spec in case.specs))
              for case in SCENARIOS[name](quick, workload, extra_policy)]
     specs = [spec for case in cases for spec in case.specs]
     labels = [case.label for case in cases for _ in case.specs]
@@ -91,6 +96,7 @@ def simulate(
     policy: Annotated[str | None, typer.Option(help="also run venus with this priority policy")] = None,
     jobs: Annotated[int, typer.Option(min=1, help="runs in parallel processes")] = 1,
     seeds: Annotated[int, typer.Option(min=1, help="run every case under this many seeds; medians of paired speedups")] = 1,
+    perturbations: Annotated[int, typer.Option(min=1, help="and each seed this many times, each run after the first with every output delivered up to 1 ms later (another order of close events); medians, and the range of the speedups")] = 1,
     measured: Annotated[Path | None, typer.Option(help="validate: `venusrl bench rollout --json` output (default: run it now)")] = None,
     measured_dir: Annotated[Path | None, typer.Option(help="validate: the measured runs, read from here where it holds them, else measured now and saved here")] = None,
 ) -> None:
@@ -110,7 +116,7 @@ def simulate(
         emit(result, json_out)
         return
     config = load_workload(workload) if workload else WorkloadConfig()
-    result = run_scenario(scenario, quick, config, policy, jobs, seeds)
+    result = run_scenario(scenario, quick, config, policy, jobs, seeds, perturbations)
     table = markdown(result["table"], result["reference"], PAPER_TABLE1 if scenario == "paper-table1" else None,
                      invert=scenario in INVERTED)
     if markdown_out:

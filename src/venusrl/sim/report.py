@@ -8,7 +8,8 @@ from typing import Any
 
 _VALUES = ("throughput", "speedup", "first_batch_speedup", "end_to_end_speedup")  # a row's other keys label its case
 _PER_SEED = ("end_to_end_speedup", "hit_rate")  # also listed seed by seed (`<key>_per_seed`)
-_NOT_LABELS = (*_VALUES, "seeds", *(f"{key}_per_seed" for key in _PER_SEED))
+_RANGE = "end_to_end_speedup_range"  # with perturbations: each system's lowest and highest run
+_NOT_LABELS = (*_VALUES, "seeds", "perturbations", _RANGE, *(f"{key}_per_seed" for key in _PER_SEED))
 
 
 def rows(cases: list[dict[str, Any]], reference: str, invert: bool = False) -> list[dict[str, Any]]:
@@ -20,17 +21,27 @@ def rows(cases: list[dict[str, Any]], reference: str, invert: bool = False) -> l
 
     A case run under several seeds (runs carry `seed`) gives the medians over seeds, each
     speedup paired within its seed: one seed's scheduling noise (about ±8% in time to the
-    first batch, ±3% in throughput between predictor seeds) is larger than most policy effects."""
+    first batch, ±3% in throughput between predictor seeds) is larger than most policy effects.
+    Runs of a seed under several perturbations (runs carry `perturbation`) are paired within
+    it too; the seed's figures are their medians, and `end_to_end_speedup_range` gives each
+    system's lowest and highest speedup over every seed and perturbation."""
     out = []
     for case in cases:
-        by_seed: dict[int, list[dict[str, Any]]] = {}
+        by_seed: dict[int, dict[int, list[dict[str, Any]]]] = {}
         for run in case["runs"]:
-            by_seed.setdefault(run.get("seed", 0), []).append(run)
-        per_seed = [_ratio_row(runs, reference, invert) for runs in by_seed.values()]
+            by_seed.setdefault(run.get("seed", 0), {}).setdefault(run.get("perturbation", 0), []).append(run)
+        paired = [[_ratio_row(runs, reference, invert) for runs in by_perturbation.values()]
+                  for by_perturbation in by_seed.values()]
+        per_seed = [{key: _median(r[key] for r in rows_of_seed) for key in (*_VALUES, "hit_rate")}
+                    for rows_of_seed in paired]
         row = {key: _median(r[key] for r in per_seed) for key in _VALUES}
         for key in _PER_SEED:
             row[f"{key}_per_seed"] = {name: [r[key].get(name) for r in per_seed] for name in per_seed[0][key]}
-        out.append({**case["label"], **({"seeds": len(per_seed)} if len(per_seed) > 1 else {}), **row})
+        perturbations = max(len(rows_of_seed) for rows_of_seed in paired)
+        if perturbations > 1:
+            row[_RANGE] = _range(r["end_to_end_speedup"] for rows_of_seed in paired for r in rows_of_seed)
+        out.append({**case["label"], **({"seeds": len(per_seed)} if len(per_seed) > 1 else {}),
+                    **({"perturbations": perturbations} if perturbations > 1 else {}), **row})
     return out
 
 
@@ -56,6 +67,13 @@ def _median(values: Any) -> dict[str, float | None]:
     return out
 
 
+def _range(values: Any) -> dict[str, list[float] | None]:
+    """Per system, its lowest and highest value (None where a run has none)."""
+    values = list(values)
+    known = {name: [v[name] for v in values if v.get(name) is not None] for name in values[0]}
+    return {name: [min(k), max(k)] if len(k) == len(values) else None for name, k in known.items()}
+
+
 def _ratios(rates: dict[str, float | None], reference: str, invert: bool) -> dict[str, float | None]:
     base = rates.get(reference)
     return {name: (round(base / value, 3) if invert else round(value / base, 3)) if base and value else None
@@ -75,19 +93,31 @@ def markdown(table: list[dict[str, Any]], reference: str, paper: dict[int, tuple
     if paper:
         header.append("paper (Table 1)")
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    if "seeds" in table[0]:  # the medians of ratios need not be the ratios of the median rates
+    if "perturbations" in table[0]:  # the medians of ratios need not be the ratios of the median rates
+        lines.insert(0, f"Medians over {table[0].get('seeds', 1)} seeds x {table[0]['perturbations']} perturbations "
+                        "(outputs delivered up to a millisecond later); each speedup is the median of its per-seed "
+                        "medians, paired within each seed and perturbation, with its lowest and highest run to the "
+                        "last step in brackets.\n")
+    elif "seeds" in table[0]:
         lines.insert(0, f"Medians over {table[0]['seeds']} seeds; each speedup is the median of its per-seed ratios.\n")
     for row in table:
         cells = [str(row[k]) for k in label_keys]
         cells += [f"{row['throughput'][n]:,.0f}" for n in names]
-        for values in ("speedup", "first_batch_speedup", "end_to_end_speedup"):
+        for values in ("speedup", "first_batch_speedup"):
             cells += [f"{row[values][n]:.2f}x" if row[values][n] is not None else "-" for n in others]
+        cells += [_with_range(row["end_to_end_speedup"][n], row.get(_RANGE, {}).get(n)) for n in others]
         cells.append(" / ".join(",".join(f"{v:.2f}" if v is not None else "-" for v in row["hit_rate_per_seed"][n])
                                 for n in names))
         if paper:
             cells.append(" / ".join(f"{v:.2f}" for v in paper.get(row.get("batch"), ())))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def _with_range(value: float | None, bounds: list[float] | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.2f}x" + (f" ({bounds[0]:.2f}-{bounds[1]:.2f})" if bounds else "")
 
 
 def plot(table: list[dict[str, Any]], reference: str, path: Path, title: str) -> None:

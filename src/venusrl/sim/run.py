@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
+import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -24,6 +26,20 @@ from venusrl.sim.workload import Workload, WorkloadConfig
 from venusrl.types import Group, Priority, Prompt, Trajectory
 
 log = logging.getLogger(__name__)
+
+# A run is deterministic, but the order of events that fall close together decides ties (which
+# turn asks first, where it goes, whether a freed slot's next turn joins an engine's next step):
+# delivering outputs one microsecond later moved venus's time to the last step by up to 7% on
+# one seed of Fig. 10's quick cells, medians over seeds unmoved (results/sim-thunderagent/
+# cell-anatomy/README.md, "How far a seed moves under a microsecond"). A perturbation
+# (`SimSpec.perturbation`) delays each delivery by a draw of [0, PERTURBATION_S): a millisecond
+# reorders the events of different engines that fall within it (an engine iteration of the quick
+# cells simulates 32 tokens a sequence in 0.3-0.9 s) and adds 500 us a turn on average (16 ms to
+# a trajectory of Fig. 10's 33 turns, in runs of thousands of seconds). Draws
+# below a microsecond changed nothing at 4B batch 16: what moved those seeds was the delivery
+# leaving the engine's event (what the worker does with it then runs after that event, not
+# inside it), not the order of deliveries.
+PERTURBATION_S = 1e-3
 
 
 # The share of the predictor's log error that is the trajectory's, the same at each of its
@@ -64,6 +80,10 @@ class SimSpec:
     delivery_latency_s: float = 0.0
     demoted_query_s: float = 0.0
     seed: int = 0
+    # k > 0: every finished request's output reaches the worker a further uniform draw of
+    # [0, PERTURBATION_S) later, from a stream of its own (seed, k): the same workload and costs,
+    # another order of the events that fall close together
+    perturbation: int = 0
     cost: CostModel | None = None  # None: the preset of `model` at `tp`
     trainer: TrainerCost | None = None
     max_sim_seconds: float = float("inf")
@@ -188,12 +208,16 @@ def simulate(spec: SimSpec, progress: Callable[[float, int], None] | None = None
         predictor = NoisyLengthPredictor(spec.predictor_spearman, spread, spec.prediction_latency_s, spec.seed,
                                          spec.predictor_trajectory_share)
     kv_bytes = MODELS[spec.model].kv_bytes_per_token if spec.model in MODELS else 0
+    jitter = None
+    if spec.perturbation:
+        jitter = functools.partial(random.Random(f"perturbation {spec.seed} {spec.perturbation}").uniform,
+                                   0.0, PERTURBATION_S)
     worker = SimWorker(
         loop, coordinator, engines, spec.system, slots_per_engine,
         plan_of=lambda t: workload.plan(t.prompt.metadata["index"], t.index, t.attempt),
         prompt_ids_of=prompt_ids_of, token_ids=token_ids, quantum=q, on_ready=on_ready,
         predictor=predictor, transfer_s_per_unit=q * kv_bytes / spec.network_bytes_per_s,
-        move_latency_s=spec.move_latency_s, delivery_latency_s=spec.delivery_latency_s,
+        move_latency_s=spec.move_latency_s, delivery_latency_s=spec.delivery_latency_s, delivery_jitter=jitter,
         demoted_query_s=spec.demoted_query_s,
     )  # fmt: skip
     worker_ref.append(worker)

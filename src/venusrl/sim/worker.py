@@ -100,6 +100,7 @@ class SimWorker:
     transfer_s_per_unit: float = 0.0  # host-to-host copy of one unit of prefix KV
     move_latency_s: float = 0.0  # a move's time beyond its KV bytes (`SimSpec.move_latency_s`)
     delivery_latency_s: float = 0.0  # a finished request's output from its engine to the worker
+    delivery_jitter: Callable[[], float] | None = None  # and a draw more for each (a perturbation's)
     demoted_query_s: float = 0.0  # a turn's ask for its engine's demoted set, answered
     counts: WorkerCounts = field(default_factory=WorkerCounts)
     live: dict[int, SimTrajectory] = field(default_factory=dict)
@@ -266,8 +267,9 @@ class SimWorker:
         t.into_turn += len(output.output_ids)
 
     def _on_request_finished(self, engine: int, output: PartialOutput) -> None:
-        if self.delivery_latency_s > 0:
-            self.loop.after(self.delivery_latency_s, lambda: self._delivered(output))
+        delay = self.delivery_latency_s + (self.delivery_jitter() if self.delivery_jitter is not None else 0.0)
+        if delay > 0:
+            self.loop.after(delay, lambda: self._delivered(output))
         else:
             self._delivered(output)
 
