@@ -61,3 +61,10 @@ def test_one_perturbation_reads_as_before():
     (row,) = rows([{"label": {"batch": 32}, "runs": runs}], "baseline")
     assert "perturbations" not in row and "end_to_end_speedup_range" not in row
     assert row == rows(CASES, "baseline")[0]
+
+
+def test_a_seeds_figures_are_its_runs_unrounded():
+    # the tables list each seed's hit rate as its run gave it; only medians over seeds are rounded
+    runs = [{**run, "engine": {"hit_rate": rate}} for run, rate in zip(CASES[0]["runs"], (0.96549, 0.9345), strict=True)]
+    (row,) = rows([{"label": {"batch": 32}, "runs": runs}], "baseline")
+    assert row["hit_rate_per_seed"] == {"baseline": [0.96549], "venus": [0.9345]}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,8 @@ def rows(cases: list[dict[str, Any]], reference: str, invert: bool = False) -> l
             by_seed.setdefault(run.get("seed", 0), {}).setdefault(run.get("perturbation", 0), []).append(run)
         paired = [[_ratio_row(runs, reference, invert) for runs in by_perturbation.values()]
                   for by_perturbation in by_seed.values()]
-        per_seed = [{key: _median(r[key] for r in rows_of_seed) for key in (*_VALUES, "hit_rate")}
+        # a seed's figures: the medians of its perturbations, unrounded (one perturbation: its own)
+        per_seed = [{key: _per_system((r[key] for r in rows_of_seed), statistics.median) for key in (*_VALUES, "hit_rate")}
                     for rows_of_seed in paired]
         row = {key: _median(r[key] for r in per_seed) for key in _VALUES}
         for key in _PER_SEED:
@@ -57,21 +59,21 @@ def _ratio_row(runs: list[dict[str, Any]], reference: str, invert: bool) -> dict
             "hit_rate": {run["name"]: run.get("engine", {}).get("hit_rate") for run in runs}}
 
 
-def _median(values: Any) -> dict[str, float | None]:
-    """Per system, the median of its values over seeds (None where a seed has none)."""
+def _per_system(values: Any, reduce: Callable[[list[float]], Any]) -> dict[str, Any]:
+    """Per system, `reduce` of its values over runs (None where a run has none)."""
     values = list(values)
-    out = {}
-    for name in values[0]:
-        known = [v[name] for v in values if v.get(name) is not None]
-        out[name] = round(statistics.median(known), 3) if len(known) == len(values) else None
-    return out
+    known = {name: [v[name] for v in values if v.get(name) is not None] for name in values[0]}
+    return {name: reduce(k) if len(k) == len(values) else None for name, k in known.items()}
+
+
+def _median(values: Any) -> dict[str, float | None]:
+    """Per system, the median of its values over seeds."""
+    return _per_system(values, lambda known: round(statistics.median(known), 3))
 
 
 def _range(values: Any) -> dict[str, list[float] | None]:
-    """Per system, its lowest and highest value (None where a run has none)."""
-    values = list(values)
-    known = {name: [v[name] for v in values if v.get(name) is not None] for name in values[0]}
-    return {name: [min(k), max(k)] if len(k) == len(values) else None for name, k in known.items()}
+    """Per system, its lowest and highest value."""
+    return _per_system(values, lambda known: [min(known), max(known)])
 
 
 def _ratios(rates: dict[str, float | None], reference: str, invert: bool) -> dict[str, float | None]:

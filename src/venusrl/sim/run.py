@@ -28,7 +28,7 @@ from venusrl.types import Group, Priority, Prompt, Trajectory
 log = logging.getLogger(__name__)
 
 # A run is deterministic, but the order of events that fall close together decides ties (which
-# turn asks first, where it goes, whether a freed slot's next turn joins an engine's next step):
+# turn asks first, where it goes):
 # delivering outputs one microsecond later moved venus's time to the last step by up to 7% on
 # one seed of Fig. 10's quick cells, medians over seeds unmoved (results/sim-thunderagent/
 # cell-anatomy/README.md, "How far a seed moves under a microsecond"). A perturbation
