@@ -47,6 +47,7 @@ def test_the_in_process_engine_is_an_engine_client_with_typed_records(tiny_model
     finally:
         asyncio.run(client.shutdown())
     assert isinstance(load, EngineLoad) and load.kv_capacity_tokens == 512 and load.demoted == frozenset()
+    assert load.memory_stalls == sum(stats.memory_stalls.values())  # our engine counts them
     assert isinstance(stats, EngineStats) and stats.live_trajectories == 1 and stats.weight_version == 0
     assert health.alive and health.restarts == 0
     assert (released, again) == (True, False)

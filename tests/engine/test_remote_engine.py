@@ -73,6 +73,7 @@ def test_the_remote_engine_answers_like_the_in_process_one(two_engines, tiny_mod
     assert [t for o in outputs for t in o.new_token_ids] == final.output_ids, "chunks add up to the output"
     assert len(final.logprobs) == len(final.weight_versions) == GREEDY.max_new_tokens
     assert isinstance(load, EngineLoad) and load.kv_capacity_tokens == 512 and demoted == frozenset()
+    assert load.memory_stalls == sum(stats.memory_stalls.values())  # counted, and carried over the wire
     assert isinstance(stats, EngineStats) and stats.live_trajectories >= 1
     assert health.alive and health.weight_version == 0
     assert (released, again) == (True, False)

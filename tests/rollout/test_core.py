@@ -269,6 +269,53 @@ def test_no_balance_move_into_a_pool_short_of_room_or_when_the_move_takes_longer
 
 
 
+def isolating_core(tokens: dict[int, int], low: set[int], enders: set[int], engines: int):
+    """Decode balance and isolation on, `engines` engines of two slots; `low` declared LOW, the
+    others HIGH; `enders` the coordinator's predicted step enders."""
+    c = coordinator(groups=3, group_size=2)
+    core = RolloutCore(c, engines=engines, slots_per_engine=2, decode_balance=True,
+                       context_tokens=tokens.__getitem__, isolate_step_enders=True)
+    core.declared_priority = lambda t, policy=None: L if t in low else H  # type: ignore[method-assign]
+    c.predicted_step_enders = lambda share: frozenset(enders)  # type: ignore[method-assign]
+    return core
+
+
+def test_while_the_pool_has_room_no_turn_moves_beside_a_step_ender():
+    c = coordinator(groups=2, group_size=2)
+    e, a, x, b = started(c)
+    core = isolating_core({e: 50, a: 600, x: 100, b: 100}, low=set(), enders={e}, engines=3)
+    for t, engine in ((e, 0), (a, 1), (x, 2), (b, 1)):
+        core.place(t, engine=engine)
+    for t in (e, a, x):
+        core.request_slot(t)
+    assert core.decode_loads == [50, 600, 100]
+    assert core.request_slot(b) == [Move(b, 1, 2)]  # engine 0 is lighter, but a step ender generates there
+    core.check_invariants()
+
+
+def test_a_low_turn_beside_a_step_ender_moves_to_a_lighter_engine_while_the_pool_has_room():
+    def asked_beside_the_ender(readings):
+        c = coordinator(groups=1, group_size=2)
+        e, d = started(c)
+        core = isolating_core({e: 500, d: 50}, low={d}, enders={e}, engines=2)
+        core.place(e, engine=0), core.place(d, engine=0)
+        core.request_slot(e)
+        for pressure, stalls in readings:
+            core.orchestrate(pressure, {0: 1000, 1: 1000}, lambda t: 0, 0.9, stalls)
+        return core.request_slot(d), d
+
+    actions, d = asked_beside_the_ender([])  # before the first reading the pool is taken to have room
+    assert actions == [Move(d, 0, 1)]
+    actions, d = asked_beside_the_ender([({0: 0.3, 1: 0.3}, {0: 4, 1: 0}), ({0: 0.3, 1: 0.3}, {0: 4, 1: 0})])
+    assert actions == [Move(d, 0, 1)]  # stalls counted before, none since the previous reading
+    for readings in ([({0: 0.3, 1: 0.4}, {0: 0, 1: 0})],  # mean HIGH pressure 0.35: not under it
+                     [({0: 0.1, 1: 0.1}, {0: 0, 1: 0}), ({0: 0.1, 1: 0.1}, {0: 0, 1: 1})],  # an admission stopped
+                     [({0: 0.1, 1: 0.1}, {0: 0, 1: None})],  # an engine that does not count them (vLLM)
+                     [({0: 0.1, 1: 0.1}, None)]):
+        actions, d = asked_beside_the_ender(readings)
+        assert actions == [Grant(d, 0, L)], readings  # no room: it stays where its KV is
+
+
 def test_a_turn_that_asks_again_while_it_waits_leaves_the_queue_it_is_moved_from():
     """A preempted turn's driver asks again while the core has it queued; decode balance may move
     it then (the steal did not pay: it saves half a turn on two slots, the move takes 0.6 of one),
@@ -382,21 +429,29 @@ balance_events = st.lists(st.tuples(
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.integers(2, 3), st.integers(1, 3), st.frozensets(st.integers(0, 11)), balance_events)
-def test_decode_balance_keeps_every_invariant_and_only_lowers_a_turns_load(engines, slots, low, steps):
+@given(st.integers(2, 3), st.integers(1, 3), st.frozensets(st.integers(0, 11)), st.booleans(),
+       st.frozensets(st.integers(0, 11), max_size=3), balance_events)
+def test_decode_balance_keeps_every_invariant_and_only_lowers_a_turns_load(engines, slots, low, isolation, enders,
+                                                                            steps):
     """Decode balance under any sequence of asks, releases, ends, landings and pressure
-    readings, urgent and LOW turns mixed: the invariants hold after every event; a balance move
-    takes an urgent turn, once a turn, to an engine with a free slot whose decode load with the
-    turn stays below the one it leaves and whose HIGH KV, with the turn, stays under
-    BALANCE_ROOM of its pool."""
-    from venusrl.rollout.core import BALANCE_ROOM
+    readings (with the engines' memory stalls, grown or not), urgent and LOW turns mixed, with
+    step enders isolated or not: the invariants hold after every event; a balance move takes a
+    turn, once a turn, to an engine with a free slot whose decode load with the turn stays below
+    the one it leaves and whose HIGH KV, with the turn, stays under BALANCE_ROOM of its pool.
+    Isolation's rule: while the pool has room, no move lands where a step ender holds a slot,
+    and a LOW turn moves only from beside one; without room, or off, LOW turns stay."""
+    from venusrl.rollout.core import BALANCE_ROOM, ISOLATION_PRESSURE
 
     c = coordinator(groups=6, group_size=2)
     ids = started(c)
     tokens = {t: 50 + 40 * (t % 5) for t in ids}
-    core = RolloutCore(c, engines, slots, decode_balance=True, context_tokens=tokens.__getitem__)
+    core = RolloutCore(c, engines, slots, decode_balance=True, context_tokens=tokens.__getitem__,
+                       isolate_step_enders=isolation)
     low_ids = {ids[i] for i in low}
     core.declared_priority = lambda t, policy=None: L if t in low_ids else H  # type: ignore[method-assign]
+    ender_ids = frozenset(ids[i] for i in enders)
+    c.predicted_step_enders = lambda share: ender_ids  # type: ignore[method-assign]
+    stalls = [0] * engines
     driver = Driver(core)
     for t in ids:
         core.place(t)
@@ -405,14 +460,18 @@ def test_decode_balance_keeps_every_invariant_and_only_lowers_a_turns_load(engin
         t = ids[index]
         if kind == "request" and t not in ended and t not in core.moving and t not in driver.generating:
             loads, source, pressure = list(core.decode_loads), core.engine_of[t], dict(core._pressure)
-            was_balanced = t in core._balanced
+            was_balanced, isolating = t in core._balanced, isolation and core.pool_has_room
+            holders = [set(s.holders) for s in core.slots]
             actions = core.request_slot(t)
             driver.apply(actions)
             if t in core._balanced and not was_balanced:
                 target = core.engine_of[t]
-                assert actions == [Move(t, source, target)] and t not in low_ids
+                assert actions == [Move(t, source, target)]
                 assert loads[target] + tokens[t] < loads[source] and core.slots[target].idle
                 assert target not in pressure or pressure[target] + tokens[t] / 1000 < BALANCE_ROOM
+                assert not (isolating and ender_ids & holders[target]), "a move landed beside a step ender"
+                if t in low_ids:
+                    assert isolating and t not in ender_ids and ender_ids & holders[source], "a LOW turn moved"
         elif kind == "release" and t in driver.generating:
             driver.generating.discard(t)
             tokens[t] += 30
@@ -424,8 +483,11 @@ def test_decode_balance_keeps_every_invariant_and_only_lowers_a_turns_load(engin
         elif kind == "arrive" and t in core.moving:
             assert core.arrived(t)
         elif kind == "pressure":
+            stalls[engine % engines] += index % 2  # an admission stopped for memory there, or not
             driver.apply(core.orchestrate({e: fraction if e == engine % engines else 0.0 for e in range(engines)},
-                                          dict.fromkeys(range(engines), 1000), tokens.__getitem__, 0.9))
+                                          dict.fromkeys(range(engines), 1000), tokens.__getitem__, 0.9,
+                                          dict(enumerate(stalls))))
+            assert core.pool_has_room == (fraction / engines < ISOLATION_PRESSURE and index % 2 == 0)
         core.check_invariants()
 
 

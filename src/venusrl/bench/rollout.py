@@ -333,10 +333,14 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
             worker.on_weight_version(version)
             step_done.append(time.monotonic() - started)
         stats = [await e.stats() for e in async_engines]
-        logs = [(await e.steps_since(0)).samples for e in async_engines]
         cpu_s = [b - a if None not in (a, b) else None
                  for a, b in zip(cpu_at_start, [time.process_time(), *map(process_cpu_s, pids)], strict=True)]
         threads = {name: cpu - threads_at_start.get(name, 0.0) for name, cpu in thread_cpu_s().items()}
+        # the step logs once the worker has stopped: read before, the turns still generating
+        # (counted in the call log) could end in steps after the reading (a loaded machine)
+        stop.set()
+        await asyncio.gather(running, return_exceptions=True)
+        logs = [(await e.steps_since(0)).samples for e in async_engines]
     finally:
         stop.set()
         await asyncio.gather(running, return_exceptions=True)

@@ -28,7 +28,7 @@ from typing import Protocol
 
 from venusrl.coordinator.config import CoordinatorConfig
 from venusrl.coordinator.decisions import Decisions, PriorityPolicy
-from venusrl.coordinator.policies import PriorityRule, check_key, make_rule
+from venusrl.coordinator.policies import LengthPredictionRule, PriorityRule, check_key, make_rule
 from venusrl.coordinator.ranking import GroupRanking
 from venusrl.coordinator.snapshot import CoordinatorSnapshot, copy_groups
 from venusrl.coordinator.stats import RunningStats
@@ -192,6 +192,22 @@ class DataCoordinator:
     def ranked_group_ids(self) -> list[int]:
         """Unfinished groups, most urgent first."""
         return self._ranking.order()
+
+    def predicted_step_enders(self, share: float) -> frozenset[int]:
+        """The trajectories predicted to end the next training step: the unfinished ones of the
+        HIGH group ranked last (the critical group predicted to be ready last) whose predicted
+        remaining tokens are at least `share` of the largest in that group. Empty under a rule
+        that predicts no lengths."""
+        if not isinstance(self.rule, LengthPredictionRule):
+            return frozenset()
+        high = self._policy.high_groups
+        last = next((g for g in reversed(self._ranking.order()) if g in high), None)
+        group = None if last is None else self._running.get(last)
+        if group is None:
+            return frozenset()
+        remaining = {t.id: self.rule.remaining_tokens(t, self.stats) for t in group.trajectories if not t.finished}
+        largest = max(remaining.values(), default=0.0)
+        return frozenset(t for t, tokens in remaining.items() if largest > 0 and tokens >= share * largest)
 
     def summary(self) -> dict[str, int]:
         return {

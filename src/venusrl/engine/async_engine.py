@@ -266,7 +266,8 @@ class AsyncEngine:
 
     def _on_engine_load(self, engine: Engine) -> EngineLoad:
         stats = engine.scheduler.stats()
-        return EngineLoad(stats.high_pressure, stats.kv_capacity_tokens, self._demoted)
+        return EngineLoad(stats.high_pressure, stats.kv_capacity_tokens, self._demoted,
+                          sum(stats.memory_stalls.values()))
 
     @staticmethod
     def _on_engine_version(engine: Engine) -> int:

@@ -29,12 +29,15 @@ from venusrl.types import Priority, SamplingParams
 @dataclass(slots=True, frozen=True)
 class EngineLoad:
     """What placement and orchestration read: the HIGH/PROMOTED KV demand over capacity, the
-    capacity, and the trajectories the engine has demoted (residency-aware demotion: they
-    cannot get KV while HIGH work fills the pool)."""
+    capacity, the trajectories the engine has demoted (residency-aware demotion: they
+    cannot get KV while HIGH work fills the pool), and the running total of iterations whose
+    admission stopped for memory (None where the engine does not count them: vLLM's scheduler
+    does not say)."""
 
     high_pressure: float
     kv_capacity_tokens: int
     demoted: frozenset[str]
+    memory_stalls: int | None
 
 
 @dataclass(slots=True, frozen=True)

@@ -31,7 +31,15 @@ Decisions (paper §4.3):
   and no waiter), once a turn, if that engine's HIGH KV stays under `BALANCE_ROOM` of its
   pool with the turn's context and the move pays (`_balance_pays`). A decode step reads
   every generating turn's KV; where many turns share an engine and another has few, the
-  critical ones decode faster there, and LOW turns stay where their KV is.
+  critical ones decode faster there, and LOW turns stay where their KV is (but beside a step
+  ender, below).
+- Isolation of the step enders (optional, with decode balance): while the pool has room (the
+  mean HIGH KV pressure under `ISOLATION_PRESSURE`, no engine's admission stopped for memory
+  since the previous reading, both read by `orchestrate`; before the first reading it is
+  taken to have room), no balance move lands on an engine where a predicted step ender holds
+  a slot, and a turn asking beside one moves to a lighter engine as an urgent turn would, a
+  LOW one too (or one its engine demoted: it asks at its declared priority on the target,
+  which has not demoted it): the step's last turns decode beside less context.
 - Move semantics: a move is final when chosen. The trajectory leaves the source's slot
   queue and placement at once (so the source's other waiters are served and no second move
   picks it) and asks for a slot on the target once its prefix KV has landed (`arrived`).
@@ -47,6 +55,8 @@ Invariants (`check_invariants`, asserted by the property tests after every event
 - the placement's load of each engine is the number of trajectories placed on it;
 - decode balance: each engine's decode load is the context counted for its slot holders and
   the turns moving to it, each trajectory counted once, on the engine it is placed on.
+Isolation's rule (asserted by the property tests at every move): a balance move never lands
+beside a step ender while the pool has room, and moves a LOW turn only from beside one.
 """
 
 from __future__ import annotations
@@ -99,6 +109,17 @@ Action = Grant | Preempt | SetEnginePriority | Move  # Move(request=trajectory, 
 # cells (results/sim-thunderagent/decode-balance/): without it, moves into pools that bind
 # (Qwen3-4B batch 64, Qwen3-32B batch 16) cost 3-8% of the run's time.
 BALANCE_ROOM = 0.5
+# Isolation of the predicted step enders (decode balance's second rule, beyond the paper): the
+# turns predicted to end the next training step (`DataCoordinator.predicted_step_enders`, with
+# this share) keep their engines to themselves while the pool has room: the engines' mean HIGH
+# KV pressure under ISOLATION_PRESSURE and no admission stopped for memory since the previous
+# reading. Where pools bind, the turns moved away evict KV that other turns come back to.
+# Measured over seeds x perturbations in the simulator's Fig. 10 cells
+# (results/sim-thunderagent/isolation/): gated, 1.2% sooner at Qwen3-4B batch 16 (27 of 36
+# runs), within the noise elsewhere; ungated it cost 1.8% at Qwen3-32B batch 16, and gated by
+# pressure alone it acted at 4B batch 64, whose pool binds on LOW KV while HIGH pressure reads low.
+STEP_ENDER_SHARE = 0.5
+ISOLATION_PRESSURE = 0.35
 
 
 class LeastLoaded:
@@ -142,6 +163,7 @@ class RolloutCore:
         acting_decay: bool = False,
         thrash_fraction: float = THRASH_FRACTION,
         decode_balance: bool = False,
+        isolate_step_enders: bool = False,
     ) -> None:
         """`live_set`: pause programs so the live ones' KV fits each engine's
         `kv_capacity_tokens` (`rollout/live_set.py`), ThunderAgent's rule or venus's (on an
@@ -155,6 +177,7 @@ class RolloutCore:
         self.demotion_aware = demotion_aware and mode == "priority"
         self.orchestration = orchestration and mode == "priority" and engines > 1
         self.decode_balance = decode_balance and self.orchestration
+        self.isolation = isolate_step_enders and self.decode_balance
         if self.decode_balance and context_tokens is None:
             raise ValueError("decode balance needs the trajectories' context_tokens")
         self.context_tokens = context_tokens
@@ -179,6 +202,11 @@ class RolloutCore:
         self._balanced: set[int] = set()
         self._pressure: dict[int, float] = {}
         self._capacity: dict[int, int] = {}
+        # isolation: whether the pool had room at the last reading (taken to before the first,
+        # as `_has_room` does, on every engine), and each engine's running total of admissions
+        # stopped for memory at it
+        self.pool_has_room = True
+        self._memory_stalls: dict[int, int] = {}
 
     # ---- priorities ------------------------------------------------------------------------
 
@@ -366,13 +394,24 @@ class RolloutCore:
         return actions
 
     def orchestrate(self, pressure: Mapping[int, float], capacity: Mapping[int, int],
-                    context_tokens: Callable[[int], int], threshold: float) -> list[Move]:
+                    context_tokens: Callable[[int], int], threshold: float,
+                    memory_stalls: Mapping[int, int | None] | None = None) -> list[Move]:
         """Request orchestration (paper §4.3): from engines past `threshold` HIGH KV pressure,
         move waiting urgent turns (oldest first) to the least-pressured engine. Decode balance
-        reads the same pressures until the next call."""
+        reads the same pressures until the next call, and isolation whether the pool has room:
+        the mean pressure under `ISOLATION_PRESSURE` and no engine's running total of
+        admissions stopped for memory (`memory_stalls`) grown since the previous call; an
+        engine that does not count them (None, or none given) leaves no room."""
         if not self.orchestration:
             return []
         self._pressure, self._capacity = dict(pressure), dict(capacity)
+        stalls = memory_stalls or {}
+        counted = bool(pressure) and all(stalls.get(engine) is not None for engine in pressure)
+        grown = counted and any(stalls[engine] > self._memory_stalls.get(engine, 0) for engine in pressure)
+        self.pool_has_room = (counted and not grown
+                              and sum(pressure.values()) / len(pressure) < ISOLATION_PRESSURE)
+        if counted:
+            self._memory_stalls = {engine: stalls[engine] for engine in pressure}
         waiting = {index: [(tid, context_tokens(tid)) for tid in slots.waiting
                            if slots.priorities.get(tid, Priority.LOW) < Priority.LOW]
                    for index, slots in enumerate(self.slots)}
@@ -476,13 +515,17 @@ class RolloutCore:
         return len(source.waiting) * self._turn_s / source.slots > self._move_s
 
     def _balance(self, trajectory_id: int, engine: int) -> Move | None:
-        """Decode balance (module docstring): the move of an urgent turn asking for a slot on
-        `engine` to a lighter one, committed, or None."""
-        if (not self.decode_balance or trajectory_id in self._balanced
-                or self.slot_priority(trajectory_id) == Priority.LOW):
+        """Decode balance (module docstring): the move of an urgent turn, or of any turn beside
+        a step ender while isolating, asking for a slot on `engine` to a lighter one, committed,
+        or None."""
+        if not self.decode_balance or trajectory_id in self._balanced:
+            return None
+        enders = self.step_enders()
+        beside_ender = trajectory_id not in enders and not enders.isdisjoint(self.slots[engine].holders)
+        if self.slot_priority(trajectory_id) == Priority.LOW and not beside_ender:
             return None
         context = self.context_tokens(trajectory_id)
-        eligible = [i for i, slots in enumerate(self.slots) if slots.idle]
+        eligible = [i for i, slots in enumerate(self.slots) if slots.idle and enders.isdisjoint(slots.holders)]
         target = lighter_engine(self.decode_loads, engine, context, eligible)
         if (target is None or not self._has_room(target, context)
                 or not self._balance_pays(self.decode_loads[engine], self.decode_loads[target], context)):
@@ -491,6 +534,12 @@ class RolloutCore:
         self._start_move(trajectory_id, engine, target)
         self._count(trajectory_id, target)  # on its way: the next turns asking see it there
         return Move(trajectory_id, engine, target)
+
+    def step_enders(self) -> frozenset[int]:
+        """The predicted step enders isolation keeps apart (none while off or the pool is short)."""
+        if not (self.isolation and self.pool_has_room):
+            return frozenset()
+        return self.coordinator.predicted_step_enders(STEP_ENDER_SHARE)
 
     def _has_room(self, engine: int, context: int) -> bool:
         """The engine's HIGH KV, with `context` more, stays under `BALANCE_ROOM` of its pool (as

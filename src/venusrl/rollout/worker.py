@@ -115,6 +115,7 @@ class RolloutWorker:
         capacity = min(engine.info().kv_capacity_tokens for engine in self.engines) if live_set else 0
         self.core = RolloutCore(coordinator, len(self.engines), slots, mode, orchestration=config.orchestration,
                                 decode_balance=config.decode_balance,
+                                isolate_step_enders=config.isolate_step_enders,
                                 live_set=live_set, kv_capacity_tokens=capacity, acting_decay=acting_decay,
                                 buffer_tokens=live_set_buffer_tokens, thrash_fraction=live_set_thrash_fraction,
                                 context_tokens=lambda tid: len(self._context.get(tid, ())))
@@ -249,12 +250,13 @@ class RolloutWorker:
     async def _orchestrate(self) -> None:
         while True:
             await asyncio.sleep(self.config.orchestration_interval_s)
-            pressure, capacity = {}, {}
+            pressure, capacity, stalls = {}, {}, {}
             for index, engine in enumerate(self.engines):
                 load = await engine.load()
-                pressure[index], capacity[index] = load.high_pressure, load.kv_capacity_tokens
+                pressure[index], capacity[index], stalls[index] = (load.high_pressure, load.kv_capacity_tokens,
+                                                                   load.memory_stalls)
             self._act(self.core.orchestrate(pressure, capacity, lambda tid: len(self._context[tid]),
-                                            self.config.orchestration_threshold))
+                                            self.config.orchestration_threshold, stalls))
 
     async def _refresh_demotions(self) -> None:
         """Each engine demotes at its own iterations; the core learns of it when a turn asks for

@@ -18,7 +18,8 @@ same `Config` the training run reads. What a preset does not set is the real def
 - Table 1's ablations: `baseline` (= rollflash), then `+priority`, `+kv_residency`,
   `+migration` (the paper's venus, without the live set), `+live_set`, then
   `+decode_balance` (= venus: urgent turns move to the engine where the least context
-  generates, `rollout.decode_balance`).
+  generates, `rollout.decode_balance`, and, while the pool has room, the predicted step enders
+  keep their engines, `rollout.isolate_step_enders`).
 
 Moves between engines are the training config's `rollout.orchestration` (off in every
 system but venus and +migration).

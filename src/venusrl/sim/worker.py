@@ -113,6 +113,7 @@ class SimWorker:
         self.core = RolloutCore(self.coordinator, len(self.engines), self.slots_per_engine, self.system.slot_mode,
                                 demotion_aware=self.system.demotion, orchestration=self.system.orchestration,
                                 decode_balance=self.system.config.rollout.decode_balance,
+                                isolate_step_enders=self.system.config.rollout.isolate_step_enders,
                                 live_set=scheduler.live_set_rule, acting_decay=scheduler.acting_token_decay,
                                 thrash_fraction=scheduler.live_set_thrash_fraction,
                                 kv_capacity_tokens=self.engines[0].scheduler.allocator.capacity_tokens,
@@ -349,12 +350,12 @@ class SimWorker:
     # ---- moves between engines: stealing and request orchestration (paper §4.3) ---------------
 
     def _orchestrate(self) -> None:
-        pressure, capacity = {}, {}
+        pressure, capacity, stalls = {}, {}, {}
         for index, engine in enumerate(self.engines):
             load = engine.load()
-            pressure[index], capacity[index] = load.high_pressure, load.kv_capacity_tokens
+            pressure[index], capacity[index], stalls[index] = load.high_pressure, load.kv_capacity_tokens, load.memory_stalls
         self._act(self.core.orchestrate(pressure, capacity, lambda tid: len(self.live[tid].token_ids),
-                                        self.orchestration_threshold))
+                                        self.orchestration_threshold, stalls))
         if self.live or not self.coordinator.finished:
             self.loop.after(self.orchestration_interval_s, self._orchestrate)
 

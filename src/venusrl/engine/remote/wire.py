@@ -215,11 +215,12 @@ def steps_of(fields: Mapping[str, Any]) -> StepLogSlice:
 
 def load_to_wire(load: EngineLoad) -> dict[str, Any]:
     return {"high_pressure": load.high_pressure, "kv_capacity_tokens": load.kv_capacity_tokens,
-            "demoted": sorted(load.demoted)}
+            "demoted": sorted(load.demoted), "memory_stalls": load.memory_stalls}
 
 
 def load_of(fields: Mapping[str, Any]) -> EngineLoad:
-    return EngineLoad(fields["high_pressure"], fields["kv_capacity_tokens"], frozenset(fields["demoted"]))
+    return EngineLoad(fields["high_pressure"], fields["kv_capacity_tokens"], frozenset(fields["demoted"]),
+                      fields.get("memory_stalls"))  # an engine of an older release does not say
 
 
 def health_of(fields: Mapping[str, Any]) -> EngineHealth:
