@@ -266,8 +266,7 @@ class AsyncEngine:
 
     def _on_engine_load(self, engine: Engine) -> EngineLoad:
         stats = engine.scheduler.stats()
-        return EngineLoad(stats.high_pressure, stats.kv_capacity_tokens, self._demoted,
-                          sum(stats.memory_stalls.values()))
+        return EngineLoad.from_stats(stats, self._demoted)
 
     @staticmethod
     def _on_engine_version(engine: Engine) -> int:

@@ -39,6 +39,12 @@ class EngineLoad:
     demoted: frozenset[str]
     memory_stalls: int | None
 
+    @classmethod
+    def from_stats(cls, stats: EngineStats, demoted: frozenset[str]) -> EngineLoad:
+        """The load of an engine running our scheduler, from its stats: the memory stalls of
+        every priority summed (our engine and the simulator's report the same way)."""
+        return cls(stats.high_pressure, stats.kv_capacity_tokens, demoted, sum(stats.memory_stalls.values()))
+
 
 @dataclass(slots=True, frozen=True)
 class PrefixKV:

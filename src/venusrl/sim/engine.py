@@ -120,8 +120,7 @@ class SimEngine:
     def load(self) -> EngineLoad:
         self._call()
         stats = self.scheduler.stats()
-        return EngineLoad(stats.high_pressure, stats.kv_capacity_tokens, self._demoted(),
-                          sum(stats.memory_stalls.values()))
+        return EngineLoad.from_stats(stats, self._demoted())
 
     def cached_prefix_units(self, token_ids: list[int]) -> int:
         """The prefix of `token_ids` cached here: what a move sends from this engine."""
