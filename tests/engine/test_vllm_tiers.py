@@ -102,8 +102,9 @@ def test_a_high_trajectory_keeps_its_kv_through_a_flood_under_tiers_only(engines
 def test_a_low_request_releases_a_high_hold_only_when_it_is_the_only_work(engines):
     """A HIGH trajectory holds 6 blocks. A LOW request runs; a second LOW one needs 29 of the
     32 blocks: it may not release the HIGH hold while the first runs, so it waits (the hold
-    intact, no HIGH-held token evicted) and starts only after the first finished, when it is
-    the iteration's only work and may release every tier (work conservation)."""
+    intact, no HIGH-held token evicted; vLLM's admission stops at it for memory, counted as a
+    LOW memory stall) and starts only after the first finished, when it is the iteration's only
+    work and may release every tier (work conservation)."""
     runner, tiers, _, _ = engines
     held_prompt, running_prompt, big_prompt = _prompts(1, 192, 23)[0], _prompts(1, 320, 24)[0], _prompts(1, 900, 25)[0]
 
@@ -124,13 +125,18 @@ def test_a_low_request_releases_a_high_hold_only_when_it_is_the_only_work(engine
         while (await tiers.stats()).waiting < 1:
             await asyncio.sleep(0.01)
         while_waiting = await tiers.stats()
+        while_waiting_load = await tiers.load()
         await asyncio.gather(running, big)
         await _settle(tiers)
         await tiers.release_trajectory("h")
-        return log, start, while_waiting, await tiers.stats()
+        return log, start, while_waiting, while_waiting_load, await tiers.stats()
 
-    log, start, while_waiting, after = runner.run(run())
+    log, start, while_waiting, while_waiting_load, after = runner.run(run())
     assert while_waiting.kv_tokens["high_ref"] == 192
+    # each iteration it waited, vLLM's admission stopped at it for want of blocks
+    assert while_waiting.memory_stalls["low"] > start.memory_stalls["low"]
+    assert while_waiting.memory_stalls["high"] == start.memory_stalls["high"]
+    assert while_waiting_load.memory_stalls >= sum(while_waiting.memory_stalls.values())
     assert while_waiting.evicted_tokens["high_ref"] == start.evicted_tokens["high_ref"]
     assert log.index("big") > len(log) - 1 - log[::-1].index("running"), "it started before the other finished"
     assert after.evicted_tokens["high_ref"] - start.evicted_tokens["high_ref"] == 192  # once it was the only work

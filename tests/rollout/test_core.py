@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from venusrl.coordinator.config import CoordinatorConfig
@@ -39,8 +41,10 @@ class Driver:
         self.core = core
         self.generating: set[int] = set()
         self.engine_priority: dict[int, Priority] = {}
+        self.moves = 0
 
     def apply(self, actions) -> None:
+        """Every move the core decides reaches its driver once, counted under one reason."""
         for action in actions:
             if isinstance(action, Grant):
                 self.generating.add(action.trajectory)
@@ -52,8 +56,10 @@ class Driver:
                 self.engine_priority[action.trajectory] = action.priority
             elif isinstance(action, Move):
                 assert action.request in self.core.moving
+                self.moves += 1
             else:
                 raise AssertionError(f"unknown action {action!r}")
+        assert sum(self.core.moves_by_reason.values()) == self.moves
 
 
 def test_a_high_turn_preempts_the_latest_low_holder_and_a_waiter_is_granted_on_release():
@@ -108,6 +114,15 @@ def test_a_paused_program_gets_no_slot_until_a_check_resumes_it():
     core.finish(b)
     assert core.check_live_set(7.0) == [Grant(a, 0, L)] and a in core.slots[0].holders
     core.check_invariants()
+
+
+def test_a_live_set_is_refused_beside_trajectory_level_slots():
+    """A paused program would keep a slot it cannot use: found by the property test below
+    (one engine, one slot; a turn asks, its action ends keeping the slot, a check pauses it)."""
+    c = coordinator(groups=1, group_size=1)
+    with pytest.raises(ValueError, match="trajectory-level"):
+        RolloutCore(c, engines=1, slots_per_engine=1, mode="trajectory_level", live_set="thunderagent",
+                    kv_capacity_tokens=400, context_tokens=lambda _: 60)
 
 
 def test_an_idle_engine_steals_a_waiter_only_when_the_move_saves_more_than_it_takes():
@@ -357,6 +372,7 @@ def test_invariants_hold_under_any_event_sequence(engines, slots, mode, live_set
     400 tokens of context, `index` x 10 of them recomputed), so some engage and some do not.
     Decode balance moves a turn only to a lighter engine with a free slot: its load there,
     with the turn, below the one it leaves."""
+    assume(live_set is None or mode != "trajectory_level")  # rejected (test below)
     c = coordinator(groups=6, group_size=2)
     ids = started(c)
     tokens = dict.fromkeys(ids, 60)  # contexts grow by a turn at each release
@@ -452,6 +468,7 @@ def test_decode_balance_keeps_every_invariant_and_only_lowers_a_turns_load(engin
     ender_ids = frozenset(ids[i] for i in enders)
     c.predicted_step_enders = lambda share: ender_ids  # type: ignore[method-assign]
     stalls = [0] * engines
+    readings = with_room = 0
     driver = Driver(core)
     for t in ids:
         core.place(t)
@@ -462,11 +479,14 @@ def test_decode_balance_keeps_every_invariant_and_only_lowers_a_turns_load(engin
             loads, source, pressure = list(core.decode_loads), core.engine_of[t], dict(core._pressure)
             was_balanced, isolating = t in core._balanced, isolation and core.pool_has_room
             holders = [set(s.holders) for s in core.slots]
+            counted = dict(core.moves_by_reason)
             actions = core.request_slot(t)
             driver.apply(actions)
             if t in core._balanced and not was_balanced:
                 target = core.engine_of[t]
                 assert actions == [Move(t, source, target)]
+                reason = "isolation" if isolating and t not in ender_ids and ender_ids & holders[source] else "balance"
+                assert core.moves_by_reason == Counter({**counted, reason: counted.get(reason, 0) + 1})
                 assert loads[target] + tokens[t] < loads[source] and core.slots[target].idle
                 assert target not in pressure or pressure[target] + tokens[t] / 1000 < BALANCE_ROOM
                 assert not (isolating and ender_ids & holders[target]), "a move landed beside a step ender"
@@ -488,6 +508,9 @@ def test_decode_balance_keeps_every_invariant_and_only_lowers_a_turns_load(engin
                                           dict.fromkeys(range(engines), 1000), tokens.__getitem__, 0.9,
                                           dict(enumerate(stalls))))
             assert core.pool_has_room == (fraction / engines < ISOLATION_PRESSURE and index % 2 == 0)
+            readings += 1
+            with_room += core.pool_has_room
+            assert core.room_readings == {"with_room": with_room, "all": readings}
         core.check_invariants()
 
 

@@ -52,6 +52,8 @@ def test_quick_rollout_bench_reports_the_end_to_end_run_of_every_mode():
     assert result["venus_no_moves"]["rounds"][0]["move_s"] == {"count": 0, "median": None, "mean": None, "max": None}
     moves = result["venus"]["rounds"][0]["move_s"]
     assert moves["count"] == result["venus"]["rounds"][0]["migrations"]
+    assert result["venus_no_moves"]["rounds"][0]["moves_by_reason"] == {}
+    assert result["venus"]["rounds"][0]["room_readings"]["all"] > 0
     assert 0 < result["venus_no_moves_end_to_end_speedup_vs_action_level"] == headline[
         "venus_no_moves_end_to_end_speedup_vs_action_level"]
     assert 1 <= headline["waste_bound_with_requests_vs_action_level"] <= headline["waste_bound_vs_action_level"]

@@ -135,4 +135,6 @@ def test_a_move_lands_its_fixed_latency_after_it_was_decided(monkeypatch):
     monkeypatch.setattr(SimWorker, "_arrive", recording_arrive)
     result = run.simulate(small_spec("venus", move_latency_s=0.25))
     assert result.worker["migrations"] == len(landed) + len(decided) > 0
+    assert sum(result.worker["moves_by_reason"].values()) == result.worker["migrations"]  # each counted once, by reason
+    assert 0 < result.worker["room_readings"]["with_room"] <= result.worker["room_readings"]["all"]
     assert all(abs(waited - (0.25 + copy)) < 1e-9 for waited, copy in landed)

@@ -373,6 +373,10 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         "preemptions": worker.preemptions,
         "demotions": sum(s.demotions for s in stats),  # residency-aware, summed over engines
         "migrations": worker.migrations,
+        # moves decided, by reason, and the orchestration readings that found the pool with room
+        # for isolation (`RolloutCore.moves_by_reason`, `room_readings`)
+        "moves_by_reason": dict(worker.core.moves_by_reason),
+        "room_readings": dict(worker.core.room_readings),
         # the moved turns' contexts and the KV tokens moved with them (the rest the targets recompute,
         # less what their prefix caches already held)
         "moved_tokens": dict(worker.moved_tokens),

@@ -31,8 +31,8 @@ class EngineLoad:
     """What placement and orchestration read: the HIGH/PROMOTED KV demand over capacity, the
     capacity, the trajectories the engine has demoted (residency-aware demotion: they
     cannot get KV while HIGH work fills the pool), and the running total of iterations whose
-    admission stopped for memory (None where the engine does not count them: vLLM's scheduler
-    does not say)."""
+    admission stopped for memory (None where the engine does not say: one of an older release
+    over the wire)."""
 
     high_pressure: float
     kv_capacity_tokens: int
@@ -41,8 +41,8 @@ class EngineLoad:
 
     @classmethod
     def from_stats(cls, stats: EngineStats, demoted: frozenset[str]) -> EngineLoad:
-        """The load of an engine running our scheduler, from its stats: the memory stalls of
-        every priority summed (our engine and the simulator's report the same way)."""
+        """An engine's load from its stats: the memory stalls of every priority summed (our
+        engine, the simulator's and vLLM's `TrajectoryScheduler` count them the same way)."""
         return cls(stats.high_pressure, stats.kv_capacity_tokens, demoted, sum(stats.memory_stalls.values()))
 
 

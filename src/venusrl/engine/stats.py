@@ -52,7 +52,7 @@ class EngineStats:
     waiting: int = 0
     weight_version: int = 0  # set by the engine (the scheduler does not know weights)
     # per priority (promoted / high / low): iterations whose admission stopped for memory
-    # (`Counters.memory_stalls_by_priority`); vLLM's scheduler does not say, so empty there
+    # (`Counters.memory_stalls_by_priority`; on vLLM, `TrajectoryScheduler.memory_stalls`)
     memory_stalls: dict[str, int] = field(default_factory=dict)
     # set by the engine from its loop (`StepLog.record_wait`): seconds waited with no request,
     # and with requests it could not admit
@@ -65,7 +65,7 @@ class EngineStats:
 
 
 def summed_memory_stalls(stats: Iterable[EngineStats]) -> dict[str, int]:
-    """Memory stalls by priority summed over engines (empty where none counts them: vLLM)."""
+    """Memory stalls by priority summed over engines."""
     total: dict[str, int] = {}
     for one in stats:
         for priority, stalls in one.memory_stalls.items():

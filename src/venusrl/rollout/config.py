@@ -28,7 +28,8 @@ class RolloutConfig(Section):
         True, description="venus (with decode_balance): while the pool has room (mean HIGH KV pressure under 0.35, no "
         "admission stopped for memory since the last reading), the turns predicted to end the next training step keep "
         "their engines: no balance move lands beside them and a turn asking beside one moves to a lighter engine. "
-        "Engines that do not count memory stalls (vLLM) leave it off from the first pressure reading on")
+        "An engine that does not count memory stalls (an older release over the wire) leaves it off from the first "
+        "pressure reading on")
     orchestration_threshold: float = Field(
         0.9, gt=0, description="HIGH KV pressure past which an engine's waiting HIGH turns move to another engine")
     orchestration_interval_s: float = Field(0.1, gt=0, description="how often engine pressure is checked")

@@ -62,6 +62,7 @@ beside a step ender while the pool has room, and moves a LOW turn only from besi
 from __future__ import annotations
 
 import heapq
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -173,6 +174,10 @@ class RolloutCore:
             raise ValueError(f"engines must be >= 1, got {engines}")
         if live_set is not None and (context_tokens is None or kv_capacity_tokens < 1):
             raise ValueError("a live set needs the engines' kv_capacity_tokens and the trajectories' context_tokens")
+        if live_set is not None and mode == "trajectory_level":
+            # a live set pauses programs between turns; a trajectory-level slot is held through
+            # them, so a paused program would keep a slot it cannot use (no config combines them)
+            raise ValueError("a live set cannot pause programs that hold trajectory-level slots: use another mode")
         self.coordinator, self.mode = coordinator, mode
         self.demotion_aware = demotion_aware and mode == "priority"
         self.orchestration = orchestration and mode == "priority" and engines > 1
@@ -207,6 +212,11 @@ class RolloutCore:
         # stopped for memory at it
         self.pool_has_room = True
         self._memory_stalls: dict[int, int] = {}
+        # moves decided, by what decided them: `pressure` (orchestration), `steal` (an idle
+        # engine), `balance` (decode balance), `isolation` (decode balance of a turn asking
+        # beside a step ender); and the orchestration readings that found the pool with room
+        self.moves_by_reason: Counter[str] = Counter()
+        self.room_readings = {"with_room": 0, "all": 0}
 
     # ---- priorities ------------------------------------------------------------------------
 
@@ -410,6 +420,8 @@ class RolloutCore:
         grown = counted and any(stalls[engine] > self._memory_stalls.get(engine, 0) for engine in pressure)
         self.pool_has_room = (counted and not grown
                               and sum(pressure.values()) / len(pressure) < ISOLATION_PRESSURE)
+        self.room_readings["all"] += 1
+        self.room_readings["with_room"] += self.pool_has_room
         if counted:
             self._memory_stalls = {engine: stalls[engine] for engine in pressure}
         waiting = {index: [(tid, context_tokens(tid)) for tid in slots.waiting
@@ -418,6 +430,7 @@ class RolloutCore:
         moves = choose_moves(pressure, capacity, waiting, threshold)
         for move in moves:
             self._commit_move(move)
+        self.moves_by_reason["pressure"] += len(moves)
         return moves
 
     def arrived(self, trajectory_id: int) -> bool:
@@ -500,6 +513,7 @@ class RolloutCore:
         source, trajectory_id = choice
         move = Move(trajectory_id, source, target)
         self._commit_move(move)
+        self.moves_by_reason["steal"] += 1
         return [move]
 
     def _move_pays(self, source: SlotScheduler) -> bool:
@@ -531,6 +545,7 @@ class RolloutCore:
                 or not self._balance_pays(self.decode_loads[engine], self.decode_loads[target], context)):
             return None
         self._balanced.add(trajectory_id)
+        self.moves_by_reason["isolation" if beside_ender else "balance"] += 1
         self._start_move(trajectory_id, engine, target)
         self._count(trajectory_id, target)  # on its way: the next turns asking see it there
         return Move(trajectory_id, engine, target)

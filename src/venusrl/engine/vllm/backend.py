@@ -298,7 +298,7 @@ class VLLMEngine:
         return demand / max(self.kv_capacity_tokens, 1)
 
     async def load(self) -> EngineLoad:
-        return EngineLoad(self._high_pressure(), self.kv_capacity_tokens, await self.demoted_trajectories(), None)
+        return EngineLoad.from_stats(await self.stats(), await self.demoted_trajectories())
 
     async def stats(self) -> EngineStats:
         return self._stats.engine_stats(self.kv_capacity_tokens, self._high_pressure(), len(self._trajectories),

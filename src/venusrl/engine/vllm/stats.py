@@ -80,6 +80,7 @@ class StatsCollector:
             demoted_trajectories=len(tiers.get("demoted", ())),
             kv_capacity_tokens=kv_capacity_tokens, high_pressure=high_pressure, live_trajectories=live_trajectories,
             running=t.running, waiting=t.waiting, weight_version=weight_version,
+            memory_stalls=tiers.get("memory_stalls", {}),
         )
 
 

@@ -4,7 +4,8 @@ engine-core process (named by qualname in `scheduler_cls`); what to hold, releas
 decided by `kv_holds.HoldBook` (pure), this class applies it to vLLM's block pool.
 
 `engine.cache_policy: lru` keeps vLLM's own behaviour (no holds, no demotion: SGLang/vLLM's
-LRU prefix cache, as the baselines run); the class then only counts recomputed tokens.
+LRU prefix cache, as the baselines run); the class then only counts recomputed tokens and
+memory stalls (admission stopped for want of blocks).
 `tiers` adds (source lines of vllm 0.32.0, `vllm/v1/`):
 - Holds. vLLM hands a finishing or preempted request's blocks back in
   `Scheduler._free_request_blocks` (core/sched/scheduler.py:2766); hashed blocks go to the
@@ -97,6 +98,9 @@ class TrajectoryScheduler(PriorityPreemptingScheduler):
             raise ValueError("venusrl's vLLM scheduler reports through SchedulerStats.ec_connector_stats, "
                              "which the configured EC connector uses")
         self.book = HoldBook()
+        # iterations whose admission stopped at a waiting request too few blocks could hold, by
+        # its priority (`Counters.memory_stalls_by_priority` of our engine, counted the same way)
+        self.memory_stalls = dict.fromkeys(Priority, 0)
         self._pool = self.kv_cache_manager.block_pool
         self._allocate_slots = self.kv_cache_manager.allocate_slots
         self.kv_cache_manager.allocate_slots = self._allocate_with_holds
@@ -167,6 +171,8 @@ class TrajectoryScheduler(PriorityPreemptingScheduler):
                 blocks = self._allocate_slots(request, *args, **kwargs)
                 if blocks is not None:
                     break
+        if blocks is None and request.status in _ADMITTING:  # the waiting pass breaks (scheduler.py:1275-1282)
+            self.memory_stalls[Priority(request.priority)] += 1
         if blocks is not None and key in self.book and request.status in _ADMITTING:
             if request.num_computed_tokens == 0:  # a prefix-cache lookup was made for it
                 self.book.admitted(key, request.num_tokens, kwargs.get("num_new_computed_tokens", 0))
@@ -240,7 +246,8 @@ class TrajectoryScheduler(PriorityPreemptingScheduler):
                 "demotions": book.demotions, "promotions": book.promotions,
                 "held_tokens": {"low_ref": book.held_tokens[HoldTier.LOW], "high_ref": book.held_tokens[HoldTier.HIGH]},
                 "evicted_tokens": {"low_ref": book.evicted_tokens[HoldTier.LOW],
-                                   "high_ref": book.evicted_tokens[HoldTier.HIGH]}}
+                                   "high_ref": book.evicted_tokens[HoldTier.HIGH]},
+                "memory_stalls": {p.name.lower(): n for p, n in self.memory_stalls.items()}}
 
     def make_stats(self, *args, **kwargs):
         stats = super().make_stats(*args, **kwargs)
