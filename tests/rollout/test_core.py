@@ -325,7 +325,7 @@ def test_a_low_turn_beside_a_step_ender_moves_to_a_lighter_engine_while_the_pool
     assert actions == [Move(d, 0, 1)]  # stalls counted before, none since the previous reading
     for readings in ([({0: 0.3, 1: 0.4}, {0: 0, 1: 0})],  # mean HIGH pressure 0.35: not under it
                      [({0: 0.1, 1: 0.1}, {0: 0, 1: 0}), ({0: 0.1, 1: 0.1}, {0: 0, 1: 1})],  # an admission stopped
-                     [({0: 0.1, 1: 0.1}, {0: 0, 1: None})],  # an engine that does not count them (vLLM)
+                     [({0: 0.1, 1: 0.1}, {0: 0, 1: None})],  # an engine that does not say (an older release over the wire)
                      [({0: 0.1, 1: 0.1}, None)]):
         actions, d = asked_beside_the_ender(readings)
         assert actions == [Grant(d, 0, L)], readings  # no room: it stays where its KV is
