@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 
 from venusrl.engine.async_engine import AsyncEngine
-from venusrl.engine.client import EngineClient, EngineLoad
+from venusrl.engine.client import EngineClient
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
-from venusrl.engine.stats import EngineStats
+from venusrl.engine.stats import EngineLoad, EngineStats
 from venusrl.model.checkpoint import load_model
 from venusrl.types import Priority, SamplingParams
 

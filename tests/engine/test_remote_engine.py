@@ -11,13 +11,13 @@ import time
 import pytest
 
 from venusrl.engine.async_engine import AsyncEngine, EngineStopped
-from venusrl.engine.client import EngineClient, EngineInfo, EngineLoad
+from venusrl.engine.client import EngineClient, EngineInfo
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import Engine
 from venusrl.engine.remote.process import EngineSpec
 from venusrl.engine.remote.remote import RemoteEngine, spawn_engines
 from venusrl.engine.remote.wire import encode_bytes, read_frame
-from venusrl.engine.stats import EngineStats
+from venusrl.engine.stats import EngineLoad, EngineStats
 from venusrl.model.checkpoint import load_model
 from venusrl.types import Priority, SamplingParams
 

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from venusrl.coordinator.config import CoordinatorConfig
 from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.coordinator.decisions import PriorityPolicy
+from venusrl.engine.stats import EngineLoad
 from venusrl.rollout.core import Grant, Preempt, RolloutCore, SetEnginePriority
 from venusrl.rollout.orchestrator import Move
 from venusrl.types import Priority, Prompt
@@ -25,6 +26,13 @@ def coordinator(groups: int = 4, group_size: int = 2) -> DataCoordinator:
 
 def started(c: DataCoordinator) -> list[int]:
     return [t.id for t in c.start(0.0).start]
+
+
+def engine_loads(pressure: dict[int, float], stalls: dict[int, int | None] | None = None) -> list[EngineLoad]:
+    """Every engine's load as `orchestrate` reads it, pools of 1,000 tokens; without `stalls`,
+    engines that do not count their memory stalls."""
+    return [EngineLoad(fraction, 1000, frozenset(), None if stalls is None else stalls[engine])
+            for engine, fraction in sorted(pressure.items())]
 
 
 def high_core(c: DataCoordinator) -> RolloutCore:
@@ -230,9 +238,18 @@ def test_orchestration_moves_an_urgent_waiter_off_the_hot_engine():
     core.request_slot(ids[3])  # engine 1 busy: nothing steals
     core.request_slot(ids[0])
     assert core.request_slot(ids[1]) == []
-    moves = core.orchestrate({0: 1.0, 1: 0.1}, {0: 1000, 1: 1000}, lambda t: 100, threshold=0.9)
+    moves = core.orchestrate(engine_loads({0: 1.0, 1: 0.1}), lambda t: 100, threshold=0.9)
     assert moves == [Move(ids[1], 0, 1)] and core.engine_of[ids[1]] == 1
     core.check_invariants()
+
+
+def test_orchestration_reads_every_engine_or_refuses():
+    """An engine left out of a reading would look like one without pressure: the core says so
+    instead of moving turns onto it, and nothing it held changes."""
+    core = high_core(coordinator(groups=1, group_size=2))
+    with pytest.raises(ValueError, match="all 2 engines, got 1"):
+        core.orchestrate(engine_loads({0: 1.0}), lambda t: 100, threshold=0.9)
+    assert core.room_readings == {"with_room": 0, "all": 0} and core.pool_has_room
 
 
 def balancing_core(low: frozenset[int] = frozenset()):
@@ -273,7 +290,7 @@ def test_a_low_turn_stays_where_its_kv_is():
 def test_no_balance_move_into_a_pool_short_of_room_or_when_the_move_takes_longer_than_it_saves():
     core, (a, b, _, _) = balancing_core()
     core.request_slot(a)
-    core.orchestrate({0: 0.2, 1: 0.35}, {0: 1000, 1: 1000}, lambda t: 0, threshold=0.9)
+    core.orchestrate(engine_loads({0: 0.2, 1: 0.35}), lambda t: 0, threshold=0.9)
     assert core.request_slot(b) == [Grant(b, 0, H)]  # 0.35 + 200/1000 of engine 1's pool is past half
     core, (a, b, _, _) = balancing_core()
     core.request_slot(a)
@@ -316,7 +333,7 @@ def test_a_low_turn_beside_a_step_ender_moves_to_a_lighter_engine_while_the_pool
         core.place(e, engine=0), core.place(d, engine=0)
         core.request_slot(e)
         for pressure, stalls in readings:
-            core.orchestrate(pressure, {0: 1000, 1: 1000}, lambda t: 0, 0.9, stalls)
+            core.orchestrate(engine_loads(pressure, stalls), lambda t: 0, 0.9)
         return core.request_slot(d), d
 
     actions, d = asked_beside_the_ender([])  # before the first reading the pool is taken to have room
@@ -422,7 +439,7 @@ def test_invariants_hold_under_any_event_sequence(engines, slots, mode, live_set
             driver.apply(core.demoted(engine, {str(i) for i in chosen}))
         elif kind == "orchestrate":
             pressure = {e: (1.0 if e == engine else 0.1) for e in range(engines)}
-            driver.apply(core.orchestrate(pressure, dict.fromkeys(range(engines), 1000), lambda _: 50, 0.9))
+            driver.apply(core.orchestrate(engine_loads(pressure), lambda _: 50, 0.9))
         elif kind == "arrive" and t in core.moving:
             assert core.arrived(t)
         elif kind == "observe" and engine in core.engines_to_observe():
@@ -504,9 +521,9 @@ def test_decode_balance_keeps_every_invariant_and_only_lowers_a_turns_load(engin
             assert core.arrived(t)
         elif kind == "pressure":
             stalls[engine % engines] += index % 2  # an admission stopped for memory there, or not
-            driver.apply(core.orchestrate({e: fraction if e == engine % engines else 0.0 for e in range(engines)},
-                                          dict.fromkeys(range(engines), 1000), tokens.__getitem__, 0.9,
-                                          dict(enumerate(stalls))))
+            reading = engine_loads({e: fraction if e == engine % engines else 0.0 for e in range(engines)},
+                                   dict(enumerate(stalls)))
+            driver.apply(core.orchestrate(reading, tokens.__getitem__, 0.9))
             assert core.pool_has_room == (fraction / engines < ISOLATION_PRESSURE and index % 2 == 0)
             readings += 1
             with_room += core.pool_has_room

@@ -53,6 +53,9 @@ def test_quick_rollout_bench_reports_the_end_to_end_run_of_every_mode():
     moves = result["venus"]["rounds"][0]["move_s"]
     assert moves["count"] == result["venus"]["rounds"][0]["migrations"]
     assert result["venus_no_moves"]["rounds"][0]["moves_by_reason"] == {}
+    for mode in MODES:  # every decided move landed, or is counted as not
+        for r in result[mode]["rounds"]:
+            assert sum(r["moves_by_reason"].values()) == r["migrations"] + sum(r["moves_unlanded"].values()), (mode, r)
     assert result["venus"]["rounds"][0]["room_readings"]["all"] > 0
     assert 0 < result["venus_no_moves_end_to_end_speedup_vs_action_level"] == headline[
         "venus_no_moves_end_to_end_speedup_vs_action_level"]

@@ -380,6 +380,7 @@ def test_a_move_whose_trajectory_ended_before_its_copy_began_does_nothing(tiny_m
 
     worker, engines = with_a_stolen_waiter(tiny_model_dir, end_before_the_copy)
     assert worker.migrations == 0 and not worker.core.moving and 1 not in worker.core.engine_of
+    assert worker.moves_unlanded == {"ended_before_copy": 1}
     assert engines[1].scheduler.stats().live_trajectories == 0
     worker.core.check_invariants()
 

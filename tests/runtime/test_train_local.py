@@ -81,7 +81,8 @@ def test_train_then_resume_trains_each_prompt_once(tiny_model_dir, tmp_path):
     assert summary["accuracy_after"] == asyncio.run(held_out_accuracy(config, trained_weights))
     step = next(r for r in records if r["kind"] == "step")
     assert {"reward_mean", "tokens_per_s", "kv_hit_rate", "grad_norm", "groups_ready", "engine_restarts",
-            "engine_live_trajectories", "engine_memory_stalls", "moves_by_reason", "room_readings"} <= step.keys()
+            "engine_live_trajectories", "engine_memory_stalls", "moves_by_reason", "moves_unlanded",
+            "room_readings"} <= step.keys()
     assert set(step["engine_memory_stalls"]) == {"promoted", "high", "low"}
     assert summary["engine_restarts"] == 0
     group = next(r for r in records if r["kind"] == "group")  # the fidelity report pairs spans with lengths

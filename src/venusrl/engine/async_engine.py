@@ -31,13 +31,12 @@ from venusrl.engine.client import (
     EngineClient,
     EngineHealth,
     EngineInfo,
-    EngineLoad,
     PrefixKV,
     copy_prefix,
 )
 from venusrl.engine.engine import Engine, RequestOutput
 from venusrl.engine.kv_pool import HostKV
-from venusrl.engine.stats import EngineStats
+from venusrl.engine.stats import EngineLoad, EngineStats
 from venusrl.engine.step_log import StepLogSlice
 from venusrl.types import Priority, SamplingParams
 

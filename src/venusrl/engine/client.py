@@ -21,29 +21,9 @@ import torch
 
 from venusrl.engine.engine import RequestOutput
 from venusrl.engine.kv_pool import HostKV
-from venusrl.engine.stats import EngineStats
+from venusrl.engine.stats import EngineLoad, EngineStats
 from venusrl.engine.step_log import StepLogSlice
 from venusrl.types import Priority, SamplingParams
-
-
-@dataclass(slots=True, frozen=True)
-class EngineLoad:
-    """What placement and orchestration read: the HIGH/PROMOTED KV demand over capacity, the
-    capacity, the trajectories the engine has demoted (residency-aware demotion: they
-    cannot get KV while HIGH work fills the pool), and the running total of iterations whose
-    admission stopped for memory (None where the engine does not say: one of an older release
-    over the wire)."""
-
-    high_pressure: float
-    kv_capacity_tokens: int
-    demoted: frozenset[str]
-    memory_stalls: int | None
-
-    @classmethod
-    def from_stats(cls, stats: EngineStats, demoted: frozenset[str]) -> EngineLoad:
-        """An engine's load from its stats: the memory stalls of every priority summed (our
-        engine, the simulator's and vLLM's `TrajectoryScheduler` count them the same way)."""
-        return cls(stats.high_pressure, stats.kv_capacity_tokens, demoted, sum(stats.memory_stalls.values()))
 
 
 @dataclass(slots=True, frozen=True)

@@ -63,11 +63,12 @@ from __future__ import annotations
 
 import heapq
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from venusrl.coordinator.coordinator import DataCoordinator
 from venusrl.coordinator.decisions import PriorityPolicy
+from venusrl.engine.stats import EngineLoad
 from venusrl.rollout.live_set import BUFFER_PER_PROGRAM, THRASH_FRACTION, LiveSet, LiveSetRuleName
 from venusrl.rollout.orchestrator import Move, choose_moves, lighter_engine
 from venusrl.rollout.slots import SlotMode, SlotScheduler, steal_candidate
@@ -403,31 +404,33 @@ class RolloutCore:
             actions.extend(self._serve_urgent(engine))
         return actions
 
-    def orchestrate(self, pressure: Mapping[int, float], capacity: Mapping[int, int],
-                    context_tokens: Callable[[int], int], threshold: float,
-                    memory_stalls: Mapping[int, int | None] | None = None) -> list[Move]:
+    def orchestrate(self, loads: Sequence[EngineLoad], context_tokens: Callable[[int], int],
+                    threshold: float) -> list[Move]:
         """Request orchestration (paper §4.3): from engines past `threshold` HIGH KV pressure,
-        move waiting urgent turns (oldest first) to the least-pressured engine. Decode balance
-        reads the same pressures until the next call, and isolation whether the pool has room:
-        the mean pressure under `ISOLATION_PRESSURE` and no engine's running total of
-        admissions stopped for memory (`memory_stalls`) grown since the previous call; an
-        engine that does not count them (None, or none given) leaves no room."""
+        move waiting urgent turns (oldest first) to the least-pressured engine. `loads`: every
+        engine's, by index. Decode balance reads the same pressures until the next call, and
+        isolation whether the pool has room: the mean pressure under `ISOLATION_PRESSURE` and
+        no engine's running total of admissions stopped for memory grown since the previous
+        call; an engine that does not count them (None) leaves no room."""
         if not self.orchestration:
             return []
-        self._pressure, self._capacity = dict(pressure), dict(capacity)
-        stalls = memory_stalls or {}
-        counted = bool(pressure) and all(stalls.get(engine) is not None for engine in pressure)
-        grown = counted and any(stalls[engine] > self._memory_stalls.get(engine, 0) for engine in pressure)
-        self.pool_has_room = (counted and not grown
-                              and sum(pressure.values()) / len(pressure) < ISOLATION_PRESSURE)
+        if len(loads) != len(self.slots):
+            raise ValueError(f"orchestrate needs the loads of all {len(self.slots)} engines, got {len(loads)}")
+        pressure = {engine: load.high_pressure for engine, load in enumerate(loads)}
+        self._pressure = pressure
+        self._capacity = {engine: load.kv_capacity_tokens for engine, load in enumerate(loads)}
+        stalls = [load.memory_stalls for load in loads]
+        counted = all(count is not None for count in stalls)
+        grown = counted and any(count > self._memory_stalls.get(engine, 0) for engine, count in enumerate(stalls))
+        self.pool_has_room = counted and not grown and sum(pressure.values()) / len(pressure) < ISOLATION_PRESSURE
         self.room_readings["all"] += 1
         self.room_readings["with_room"] += self.pool_has_room
         if counted:
-            self._memory_stalls = {engine: stalls[engine] for engine in pressure}
+            self._memory_stalls = dict(enumerate(stalls))
         waiting = {index: [(tid, context_tokens(tid)) for tid in slots.waiting
                            if slots.priorities.get(tid, Priority.LOW) < Priority.LOW]
                    for index, slots in enumerate(self.slots)}
-        moves = choose_moves(pressure, capacity, waiting, threshold)
+        moves = choose_moves(pressure, self._capacity, waiting, threshold)
         for move in moves:
             self._commit_move(move)
         self.moves_by_reason["pressure"] += len(moves)

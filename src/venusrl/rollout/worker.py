@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -124,6 +125,10 @@ class RolloutWorker:
         self.preemptions = 0
         self.predictions = 0
         self.migrations = 0
+        # moves the core decided that did not land, by why: the trajectory ended before the copy
+        # began or while its KV was copied, or the run stopped with the copy in flight (decided =
+        # landed `migrations` + these, once a run has stopped)
+        self.moves_unlanded: Counter[str] = Counter()
         self.moved_tokens = {"context": 0, "kv": 0}  # landed moves: their contexts, and the KV tokens sent along
         self.move_seconds: list[float] = []  # each landed move, from its decision to its arrival
         self.tokens = TokenCounts()
@@ -156,6 +161,7 @@ class RolloutWorker:
                 await asyncio.wait([changed, *([stopped] if stopped else [])], return_when=asyncio.FIRST_COMPLETED)
                 changed.cancel()
         finally:
+            self.moves_unlanded["stopped_in_flight"] += sum(not task.done() for task in self._moving.values())
             leftover = [*self._tasks.values(), *self._moving.values(), *background, *([stopped] if stopped else [])]
             for task in leftover:  # trajectories past the batch, the pollers
                 task.cancel()
@@ -250,13 +256,9 @@ class RolloutWorker:
     async def _orchestrate(self) -> None:
         while True:
             await asyncio.sleep(self.config.orchestration_interval_s)
-            pressure, capacity, stalls = {}, {}, {}
-            for index, engine in enumerate(self.engines):
-                load = await engine.load()
-                pressure[index], capacity[index], stalls[index] = (load.high_pressure, load.kv_capacity_tokens,
-                                                                   load.memory_stalls)
-            self._act(self.core.orchestrate(pressure, capacity, lambda tid: len(self._context[tid]),
-                                            self.config.orchestration_threshold, stalls))
+            loads = [await engine.load() for engine in self.engines]
+            self._act(self.core.orchestrate(loads, lambda tid: len(self._context[tid]),
+                                            self.config.orchestration_threshold))
 
     async def _refresh_demotions(self) -> None:
         """Each engine demotes at its own iterations; the core learns of it when a turn asks for
@@ -292,6 +294,7 @@ class RolloutWorker:
         trajectory_id, source, target = move.request, move.source, move.target
         key, token_ids = str(trajectory_id), self._context.get(trajectory_id)
         if token_ids is None:  # it ended (discarded, run over) before this task began: nothing to copy
+            self.moves_unlanded["ended_before_copy"] += 1
             return
         copied, started = 0, self.clock()
         try:
@@ -303,6 +306,7 @@ class RolloutWorker:
             log.warning("trajectory %d: prefix KV copy from engine %d to %d failed (%s); it recomputes",
                         trajectory_id, source, target, err)
         if not self.core.arrived(trajectory_id):  # it ended while its KV was copied
+            self.moves_unlanded["ended_during_copy"] += 1
             await release_quietly(self.engines[target], key)
             return
         self.migrations += 1

@@ -194,6 +194,7 @@ class RolloutService:
                  "live_trajectories": self.worker.live_trajectories,
                  # moves decided, by reason, and the readings that found the pool with room (`RolloutCore`)
                  "moves_by_reason": dict(self.worker.core.moves_by_reason),
+                 "moves_unlanded": dict(self.worker.moves_unlanded),  # those that ended before landing
                  "room_readings": dict(self.worker.core.room_readings),
                  "engine_live_trajectories": sum(s.live_trajectories for s in engine_stats),
                  "engine_restarts": sum(h.restarts for h in health), **self.failover.stats(),

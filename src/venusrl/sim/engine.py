@@ -23,10 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from venusrl.engine.batch import Batch
-from venusrl.engine.client import EngineLoad
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.request import PartialOutput
 from venusrl.engine.scheduler import Scheduler
+from venusrl.engine.stats import EngineLoad
 from venusrl.engine.step_log import batch_shape, computes_prefill
 from venusrl.sim.cost_model import ITERATION_TERMS, CostModel
 from venusrl.sim.events import EventLoop

@@ -350,12 +350,8 @@ class SimWorker:
     # ---- moves between engines: stealing and request orchestration (paper §4.3) ---------------
 
     def _orchestrate(self) -> None:
-        pressure, capacity, stalls = {}, {}, {}
-        for index, engine in enumerate(self.engines):
-            load = engine.load()
-            pressure[index], capacity[index], stalls[index] = load.high_pressure, load.kv_capacity_tokens, load.memory_stalls
-        self._act(self.core.orchestrate(pressure, capacity, lambda tid: len(self.live[tid].token_ids),
-                                        self.orchestration_threshold, stalls))
+        loads = [engine.load() for engine in self.engines]
+        self._act(self.core.orchestrate(loads, lambda tid: len(self.live[tid].token_ids), self.orchestration_threshold))
         if self.live or not self.coordinator.finished:
             self.loop.after(self.orchestration_interval_s, self._orchestrate)
 

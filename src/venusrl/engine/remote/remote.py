@@ -35,7 +35,6 @@ from venusrl.engine.client import (
     EngineClient,
     EngineHealth,
     EngineInfo,
-    EngineLoad,
     KVAddress,
     PrefixKV,
     copy_prefix,
@@ -54,7 +53,7 @@ from venusrl.engine.remote.wire import (
     stats_of,
     steps_of,
 )
-from venusrl.engine.stats import EngineStats
+from venusrl.engine.stats import EngineLoad, EngineStats
 from venusrl.engine.step_log import StepLogSlice
 from venusrl.types import Priority, SamplingParams
 from venusrl.weights.layout import WeightLayout

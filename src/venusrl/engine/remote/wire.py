@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from venusrl.engine.client import EngineHealth, EngineInfo, EngineLoad
+from venusrl.engine.client import EngineHealth, EngineInfo
 from venusrl.engine.engine import RequestOutput
-from venusrl.engine.stats import EngineStats
+from venusrl.engine.stats import EngineLoad, EngineStats
 from venusrl.engine.step_log import StepLogSlice, StepSample
 from venusrl.types import Priority, SamplingParams
 

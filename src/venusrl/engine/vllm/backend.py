@@ -56,14 +56,13 @@ from venusrl.engine.client import (
     EngineClient,
     EngineHealth,
     EngineInfo,
-    EngineLoad,
     KVAddress,
     PrefixKV,
 )
 from venusrl.engine.config import EngineConfig
 from venusrl.engine.engine import RequestOutput
 from venusrl.engine.kv_pool import HostKV
-from venusrl.engine.stats import EngineStats
+from venusrl.engine.stats import EngineLoad, EngineStats
 from venusrl.engine.step_log import StepLogSlice
 from venusrl.engine.vllm.args import engine_args, vllm_params
 from venusrl.engine.vllm.connector import (
