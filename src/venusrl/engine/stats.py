@@ -1,4 +1,5 @@
-"""Engine statistics (pure): cache hits, recomputation, evictions and KV use per tier."""
+"""Engine statistics (pure): cache hits, recomputation, evictions and KV use per tier, and
+the load that placement and orchestration read from them (`EngineLoad`)."""
 
 from __future__ import annotations
 
