@@ -373,12 +373,9 @@ async def _round(model_dir: Path, case: RolloutCase, mode: str, trainer_s: float
         "preemptions": worker.preemptions,
         "demotions": sum(s.demotions for s in stats),  # residency-aware, summed over engines
         "migrations": worker.migrations,
-        # moves decided, by reason, and the orchestration readings that found the pool with room
-        # for isolation (`RolloutCore.moves_by_reason`, `room_readings`); the decided moves that
-        # did not land, by why (`RolloutWorker.moves_unlanded`): decided = migrations + unlanded
-        "moves_by_reason": dict(worker.core.moves_by_reason),
-        "moves_unlanded": dict(worker.moves_unlanded),
-        "room_readings": dict(worker.core.room_readings),
+        # moves decided, by reason, the readings that found the pool with room for isolation, and
+        # the decided moves that did not land (`RolloutWorker.move_figures`): decided = migrations + unlanded
+        **worker.move_figures(),
         # the moved turns' contexts and the KV tokens moved with them (the rest the targets recompute,
         # less what their prefix caches already held)
         "moved_tokens": dict(worker.moved_tokens),

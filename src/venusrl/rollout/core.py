@@ -416,8 +416,7 @@ class RolloutCore:
             return []
         if len(loads) != len(self.slots):
             raise ValueError(f"orchestrate needs the loads of all {len(self.slots)} engines, got {len(loads)}")
-        pressure = {engine: load.high_pressure for engine, load in enumerate(loads)}
-        self._pressure = pressure
+        self._pressure = pressure = {engine: load.high_pressure for engine, load in enumerate(loads)}
         self._capacity = {engine: load.kv_capacity_tokens for engine, load in enumerate(loads)}
         stalls = [load.memory_stalls for load in loads]
         counted = all(count is not None for count in stalls)
@@ -435,6 +434,11 @@ class RolloutCore:
             self._commit_move(move)
         self.moves_by_reason["pressure"] += len(moves)
         return moves
+
+    def move_figures(self) -> dict[str, dict[str, int]]:
+        """The moves decided, by reason, and the orchestration readings that found the pool with
+        room, as every driver reports them (bench rounds, training metrics, simulator JSON)."""
+        return {"moves_by_reason": dict(self.moves_by_reason), "room_readings": dict(self.room_readings)}
 
     def arrived(self, trajectory_id: int) -> bool:
         """The moved trajectory's prefix KV landed on its new engine; it may ask for a slot

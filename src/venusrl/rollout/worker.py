@@ -173,6 +173,10 @@ class RolloutWorker:
             return True
         return not self._tasks and (groups is not None or self.coordinator.finished)
 
+    def move_figures(self) -> dict[str, dict[str, int]]:
+        """The core's (`RolloutCore.move_figures`) and the decided moves that did not land, by why."""
+        return {**self.core.move_figures(), "moves_unlanded": dict(self.moves_unlanded)}
+
     @property
     def slots(self) -> list[SlotScheduler]:
         return self.core.slots

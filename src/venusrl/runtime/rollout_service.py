@@ -192,10 +192,9 @@ class RolloutService:
         stats = {"kv_hit_rate": cached / prompt if prompt else 0.0, "groups_ready": self.coordinator.ready_waiting,
                  "trajectories_discarded": self.coordinator.counts.discarded,
                  "live_trajectories": self.worker.live_trajectories,
-                 # moves decided, by reason, and the readings that found the pool with room (`RolloutCore`)
-                 "moves_by_reason": dict(self.worker.core.moves_by_reason),
-                 "moves_unlanded": dict(self.worker.moves_unlanded),  # those that ended before landing
-                 "room_readings": dict(self.worker.core.room_readings),
+                 # moves decided, by reason, those that did not land, and the readings that found the
+                 # pool with room (`RolloutWorker.move_figures`)
+                 **self.worker.move_figures(),
                  "engine_live_trajectories": sum(s.live_trajectories for s in engine_stats),
                  "engine_restarts": sum(h.restarts for h in health), **self.failover.stats(),
                  # iterations whose admission stopped for memory, by the priority it stopped at

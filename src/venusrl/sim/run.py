@@ -274,8 +274,7 @@ def _result(spec: SimSpec, loop: EventLoop, engines: list[SimEngine], worker: Si
         "iterations": sum(e.totals.iterations for e in engines),
     }
     worker_counts = asdict(worker.counts)
-    # moves decided, by reason, and the readings that found the pool with room (`RolloutCore`)
-    worker_counts.update(moves_by_reason=dict(worker.core.moves_by_reason), room_readings=dict(worker.core.room_readings))
+    worker_counts.update(worker.move_figures())  # moves decided, by reason; readings with room
     return SimResult(
         name=spec.system.name, sim_seconds=loop.now, steps=trainer.version, step_times=list(steps),
         throughput_tokens_per_s=throughput, wall_s=wall_s, events=loop.processed, engine=engine, worker=worker_counts,

@@ -168,6 +168,11 @@ class SimWorker:
             elif isinstance(action, SetEnginePriority):
                 self.engines[action.engine].set_priority(t.key, action.priority)
 
+    def move_figures(self) -> dict[str, dict[str, int]]:
+        """The core's moves by reason and readings with room, as the real worker reports them
+        (no `moves_unlanded`: the simulator counts a move when it is decided, `counts.migrations`)."""
+        return self.core.move_figures()
+
     def _engine(self, t: SimTrajectory) -> SimEngine:
         return self.engines[self.core.engine_of[t.id]]
 
